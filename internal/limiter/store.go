@@ -1,0 +1,59 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+)
+
+// Definition is a named Policy.
+type Definition struct {
+	// Name identifies the limiter; see CheckName.
+	Name   string
+	Policy Policy
+}
+
+// Store keeps named limiters and decides acquisitions against them. Each
+// implementation reads the current time itself (the memory store from an
+// injected clock, a shared store from its server) and is safe for concurrent
+// use. Errors wrap ErrNotFound for an unknown name and ErrUnavailable when the
+// backend cannot answer.
+type Store interface {
+	// Put creates the limiter or replaces its policy, and reports whether it
+	// was created. Replacing a limiter with an identical policy keeps its
+	// state; a different policy starts it full.
+	Put(ctx context.Context, def Definition) (created bool, err error)
+	// Get returns the limiter's definition, with defaults filled in.
+	Get(ctx context.Context, name string) (Definition, error)
+	// List returns up to max definitions whose names sort after `after`, in
+	// name order.
+	List(ctx context.Context, after string, max int) ([]Definition, error)
+	// Delete removes the limiter and its state.
+	Delete(ctx context.Context, name string) error
+	// Acquire takes permits from the limiter, all or nothing.
+	Acquire(ctx context.Context, name string, permits int64) (Decision, error)
+	// Available reports what the limiter could grant now.
+	Available(ctx context.Context, name string) (Availability, error)
+}
+
+// MaxNameLen is the longest limiter name.
+const MaxNameLen = 128
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// CheckName reports whether name can name a limiter: 1 to MaxNameLen ASCII
+// letters, digits, '.', '_' or '-', starting with a letter or digit. The error
+// wraps ErrInvalidName.
+func CheckName(name string) error {
+	if len(name) == 0 || len(name) > MaxNameLen || !nameRE.MatchString(name) {
+		return fmt.Errorf("%w: %q must be 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidName, truncate(name, MaxNameLen+1), MaxNameLen)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
