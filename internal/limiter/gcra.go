@@ -55,6 +55,7 @@ func NewRate(p Policy) Rate {
 
 // backlog is how far t lies after now, in units of 1/limit ns.
 func (r Rate) backlog(t TAT, now int64) u128 {
+	now = clampNow(now)
 	if t.FullAt(now) {
 		return u128{}
 	}
@@ -83,7 +84,7 @@ func (r Rate) duration(units u128) time.Duration {
 }
 
 // Acquire decides whether n permits fit at now (nanoseconds since the Unix
-// epoch) in a bucket whose TAT is t, and returns the TAT to store. When the
+// epoch, clamped to [0, MaxNanos]) in a bucket whose TAT is t, and returns the TAT to store. When the
 // decision is a denial the returned TAT is t itself: nothing is recorded.
 // n must be at least 1.
 func (r Rate) Acquire(t TAT, now int64, n int64) (TAT, Decision) {
@@ -104,14 +105,13 @@ func (r Rate) Acquire(t TAT, now int64, n int64) (TAT, Decision) {
 	}
 	d.Allowed = true
 	d.Remaining = r.remaining(after)
-	d.ResetAfter = r.duration(after)
-	q, rem := after.divmod(r.limit) // q <= period, far below 2^63
-	ns := int64(q)
-	if now > math.MaxInt64-ns {
-		// Past the year 2262: saturate rather than wrap into the past.
-		return TAT{NS: math.MaxInt64}, d
+	// One division gives both the new TAT and the reset time.
+	q, rem := after.divmod(r.limit) // q <= period <= MaxPeriod, so now+q <= MaxInt64
+	d.ResetAfter = time.Duration(q)
+	if rem != 0 {
+		d.ResetAfter++
 	}
-	return TAT{NS: now + ns, Frac: uint32(rem)}, d
+	return TAT{NS: clampNow(now) + int64(q), Frac: uint32(rem)}, d
 }
 
 // Available reports how many permits could be acquired at now from a bucket

@@ -10,6 +10,7 @@ import (
 // concurrent use; the zero value is not usable (see New).
 type Limiter struct {
 	policy Policy
+	gcra   bool
 	rate   Rate   // GCRA
 	window Window // SlidingLog
 
@@ -26,6 +27,7 @@ func New(p Policy) (*Limiter, error) {
 	p = p.Normalize()
 	l := &Limiter{policy: p}
 	if p.Algorithm == GCRA {
+		l.gcra = true
 		l.rate = NewRate(p)
 	} else {
 		l.window = NewWindow(p)
@@ -46,7 +48,7 @@ func (l *Limiter) Acquire(now time.Time, n int64) (Decision, error) {
 	t := Nanos(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.policy.Algorithm == GCRA {
+	if l.gcra {
 		var d Decision
 		l.tat, d = l.rate.Acquire(l.tat, t, n)
 		return d, nil
@@ -60,26 +62,32 @@ func (l *Limiter) Available(now time.Time) Availability {
 	t := Nanos(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.policy.Algorithm == GCRA {
+	if l.gcra {
 		return l.rate.Available(l.tat, t)
 	}
 	return l.log.Available(l.window, t)
 }
 
+// MaxNanos is the latest instant the algorithms distinguish, in the year
+// 2261: one MaxPeriod before the last nanosecond an int64 holds, so that a
+// TAT or a log entry's expiry always fits.
+const MaxNanos = math.MaxInt64 - int64(MaxPeriod)
+
 // Nanos converts t to nanoseconds since the Unix epoch, clamped to
-// [0, MaxInt64]: instants before 1970 count as the epoch and instants after
-// 2262 as the last representable nanosecond, where UnixNano is undefined.
+// [0, MaxNanos]: instants before 1970 count as the epoch and instants after
+// MaxNanos as MaxNanos. Time standing still at the edges can only make a
+// limiter stricter, never grant more.
 func Nanos(t time.Time) int64 {
-	if t.Before(epoch) {
+	// Comparing seconds first is cheaper than time.Time comparisons, and
+	// UnixNano is only defined within int64's range.
+	switch s := t.Unix(); {
+	case s < 0:
 		return 0
+	case s > MaxNanos/1e9:
+		return MaxNanos
 	}
-	if t.After(lastNano) {
-		return math.MaxInt64
-	}
-	return t.UnixNano()
+	return min(t.UnixNano(), MaxNanos)
 }
 
-var (
-	epoch    = time.Unix(0, 0)
-	lastNano = time.Unix(0, math.MaxInt64)
-)
+// clampNow applies Nanos's clamp to a time already in nanoseconds.
+func clampNow(now int64) int64 { return min(max(now, 0), MaxNanos) }

@@ -82,9 +82,10 @@ func (l *Log) resetAfter(w Window, now int64) time.Duration {
 }
 
 // Acquire decides whether n permits fit at now (nanoseconds since the Unix
-// epoch) and records them if so. A denial leaves l unchanged apart from
+// epoch, clamped to [0, MaxNanos]) and records them if so. A denial leaves l unchanged apart from
 // forgetting grants that have left the window. n must be at least 1.
 func (l *Log) Acquire(w Window, now int64, n int64) Decision {
+	now = clampNow(now)
 	l.expire(w, now)
 	d := Decision{Permits: n, Limit: w.limit}
 	switch {
@@ -152,6 +153,7 @@ func (l *Log) grow(w Window) {
 // Available reports how many permits could be acquired at now without
 // acquiring any. It forgets grants that have left the window.
 func (l *Log) Available(w Window, now int64) Availability {
+	now = clampNow(now)
 	l.expire(w, now)
 	return Availability{Remaining: w.limit - l.used, Limit: w.limit, ResetAfter: l.resetAfter(w, now)}
 }
