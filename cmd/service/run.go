@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/internal/config"
+	"github.com/ratelimiter/ratelimiter/internal/httpapi"
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
+	"github.com/ratelimiter/ratelimiter/internal/telemetry"
+	"github.com/ratelimiter/ratelimiter/internal/tenant"
+)
+
+// serviceName names the service in usage text and telemetry.
+const serviceName = "ratelimiter"
+
+// configError is an error in the configuration: the process exits with
+// status 2 and points at --help.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// exitCode reports err on stderr and returns the exit status for it: 0 for
+// nil, 2 for a configuration error, 1 for any other.
+func exitCode(err error, stderr io.Writer) int {
+	var cerr *configError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &cerr):
+		fmt.Fprintf(stderr, "%s: %v\nRun %s --help to list the settings.\n", serviceName, err, serviceName)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
+		return 1
+	}
+}
+
+// run is the service: it reads its configuration from args and getenv, serves
+// HTTP until ctx is done, then shuts down gracefully. It writes --help and
+// --version to stdout and its logs to stderr, and returns nil after a clean
+// shutdown; errors met while stopping are joined.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	cfg, err := config.Load(args, getenv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		config.Usage(stdout, serviceName)
+		return nil
+	case err != nil:
+		return &configError{err}
+	case cfg.ShowVersion:
+		fmt.Fprintf(stdout, "%s %s (commit %s, %s)\n", serviceName, version, commit, runtime.Version())
+		return nil
+	}
+
+	logger := newLogger(cfg, stderr)
+	logger.Info("starting", "version", version, "commit", commit, "go", runtime.Version(), "config", cfg)
+	if cfg.AdminToken == "" {
+		logger.Warn("no admin token is set: every caller may create, replace and delete limiters")
+	}
+
+	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: serviceName, Version: version, Logger: logger})
+	if err != nil {
+		// In practice Setup fails only on OTEL_* variables it cannot use.
+		return &configError{err}
+	}
+	// From here on every return flushes telemetry, within the shutdown
+	// deadline once shutdown has begun.
+	var deadline time.Time
+	defer func() {
+		if deadline.IsZero() {
+			deadline = time.Now().Add(cfg.ShutdownTimeout)
+		}
+		sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
+		err = errors.Join(err, tel.Shutdown(sctx))
+		if err != nil {
+			logger.Error("stopped", "error", err)
+			return
+		}
+		logger.Info("stopped")
+	}()
+
+	limiters := limiter.NewService(memory.New(time.Now))
+	for _, def := range cfg.Limiters {
+		if _, err := limiters.Put(ctx, def); err != nil {
+			return fmt.Errorf("create limiter from %s: %w", cfg.ConfigFile, err)
+		}
+		logger.Debug("limiter declared", "name", def.Name, "limit", def.Policy.Limit,
+			"period", limiter.FormatPeriod(def.Policy.Period), "algorithm", def.Policy.Algorithm)
+	}
+	tenants, err := tenant.New(cfg.Tenants, time.Now)
+	if err != nil {
+		return &configError{fmt.Errorf("per-IP policy: %w", err)}
+	}
+	err = tel.ObserveTenants(func() (int64, int64) {
+		s := tenants.Stats()
+		return int64(s.Tenants), int64(s.IndexEntries)
+	})
+	if err != nil {
+		return err
+	}
+
+	var ready atomic.Bool
+	handler, err := httpapi.New(httpapi.Options{
+		Limiters:       limiters,
+		Tenants:        tenants,
+		AdminToken:     cfg.AdminToken,
+		MaxBodyBytes:   cfg.MaxBodyBytes,
+		Logger:         logger,
+		TracerProvider: tel.TracerProvider,
+		MeterProvider:  tel.MeterProvider,
+		Metrics:        tel.Metrics,
+		Ready:          ready.Load,
+	})
+	if err != nil {
+		return fmt.Errorf("http handler: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	ready.Store(true)
+	logger.Info("listening", "address", ln.Addr().String(), "limiters", len(cfg.Limiters))
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	// Stop advertising readiness first, and keep serving for the delay, so
+	// that load balancers route new requests elsewhere before the listener
+	// closes.
+	ready.Store(false)
+	logger.Info("shutting down", "delay", cfg.ShutdownDelay.String(), "timeout", cfg.ShutdownTimeout.String())
+	delay := time.NewTimer(cfg.ShutdownDelay)
+	select {
+	case err := <-served:
+		delay.Stop()
+		return fmt.Errorf("serve: %w", err)
+	case <-delay.C:
+	}
+
+	deadline = time.Now().Add(cfg.ShutdownTimeout)
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	var errs []error
+	if err := srv.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("in-flight requests did not finish within %s: %w", cfg.ShutdownTimeout, err))
+		errs = append(errs, srv.Close())
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, fmt.Errorf("serve: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// newLogger returns the service's logger, writing to w in the configured
+// format from the configured level up.
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == config.LogText {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// logs collects the service's JSON log lines and hands over the address from
+// its "listening" record, the way an operator would read it.
+type logs struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	records []map[string]any
+	addr    chan string
+}
+
+func newLogs() *logs { return &logs{addr: make(chan string, 1)} }
+
+func (l *logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	for {
+		line, err := l.buf.ReadBytes('\n')
+		if err != nil {
+			// An incomplete line: keep it for the next write.
+			l.buf.Write(line)
+			return len(p), nil
+		}
+		var rec map[string]any
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return 0, err
+		}
+		l.records = append(l.records, rec)
+		if rec["msg"] == "listening" {
+			l.addr <- rec["address"].(string)
+		}
+	}
+}
+
+// messages returns the msg of every record logged so far.
+func (l *logs) messages() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var msgs []string
+	for _, rec := range l.records {
+		msgs = append(msgs, rec["msg"].(string))
+	}
+	return msgs
+}
+
+func TestRunServesAndShutsDown(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte("limiters:\n  - {name: payments-api, limit: 2, period: 1h, algorithm: sliding_log}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RATELIMITER_CONFIG": cfg, "RATELIMITER_SHUTDOWN_DELAY": "2s"}
+	args := []string{"--listen", "127.0.0.1:0", "--log-level", "debug"}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stderr := newLogs()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, io.Discard, stderr) }()
+
+	var base string
+	select {
+	case addr := <-stderr.addr:
+		base = "http://" + addr
+	case err := <-done:
+		t.Fatalf("run returned before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not log a listening address")
+	}
+
+	get(t, base+"/livez", http.StatusOK)
+	get(t, base+"/readyz", http.StatusOK)
+	for i, wantAllowed := range []bool{true, true, false} {
+		resp, err := http.Post(base+"/v1/limiters/payments-api/acquire", "application/json", strings.NewReader(`{"permits":1}`))
+		if err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+		var d struct{ Allowed bool }
+		err = json.NewDecoder(resp.Body).Decode(&d)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("acquire %d: got status %d, decode error %v; want 200 and a decision", i, resp.StatusCode, err)
+		}
+		if d.Allowed != wantAllowed {
+			t.Errorf("acquire %d from a limit of 2: got allowed %v, want %v", i, d.Allowed, wantAllowed)
+		}
+	}
+	if body := get(t, base+"/metrics", http.StatusOK); !strings.Contains(body, "ratelimiter_tenants_tracked") {
+		t.Errorf("/metrics lacks ratelimiter_tenants_tracked")
+	}
+
+	// On cancellation, readiness turns false while requests are still
+	// served during the shutdown delay, then run returns cleanly.
+	cancel()
+	sawNotReady := false
+	for !sawNotReady {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			break // the delay is over and the listener closed
+		}
+		resp.Body.Close()
+		sawNotReady = resp.StatusCode == http.StatusServiceUnavailable
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !sawNotReady {
+		t.Errorf("/readyz never answered 503 during the shutdown delay")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+
+	msgs := strings.Join(stderr.messages(), "|")
+	for _, want := range []string{"starting", "listening", "shutting down", "stopped"} {
+		if !strings.Contains(msgs, want) {
+			t.Errorf("logs lack %q: %s", want, msgs)
+		}
+	}
+	if _, err := http.Get(base + "/livez"); err == nil {
+		t.Errorf("the server still answers after run returned")
+	}
+}
+
+func get(t *testing.T, url string, want int) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	if resp.StatusCode != want {
+		t.Errorf("GET %s: got status %d, want %d", url, resp.StatusCode, want)
+	}
+	return string(body)
+}
+
+func TestRunExits(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+
+	tests := []struct {
+		name       string
+		args       []string
+		otel       string // OTEL_TRACES_EXPORTER
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "help", args: []string{"--help"}, wantCode: 0, wantStdout: "--tenant-limit"},
+		{name: "version", args: []string{"--version"}, wantCode: 0, wantStdout: "ratelimiter dev"},
+		{name: "bad flag value", args: []string{"--tenant-limit", "0"}, wantCode: 2, wantStderr: "--tenant-limit"},
+		{name: "unknown flag", args: []string{"--colour"}, wantCode: 2, wantStderr: "--help"},
+		{name: "missing config file", args: []string{"--config", "/nonexistent.yaml"}, wantCode: 2, wantStderr: "config file"},
+		{name: "unknown traces exporter", otel: "jaeger", wantCode: 2, wantStderr: "OTEL_TRACES_EXPORTER"},
+		{name: "address in use", args: []string{"--listen", busy.Addr().String()}, wantCode: 1, wantStderr: "listen"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.otel != "" {
+				t.Setenv("OTEL_TRACES_EXPORTER", tt.otel)
+			}
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), tt.args, func(string) string { return "" }, &stdout, io.Discard)
+			if code := exitCode(err, &stderr); code != tt.wantCode {
+				t.Errorf("got exit code %d (error %v), want %d", code, err, tt.wantCode)
+			}
+			if !strings.Contains(stdout.String(), tt.wantStdout) {
+				t.Errorf("stdout %q lacks %q", stdout.String(), tt.wantStdout)
+			}
+			if !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Errorf("stderr %q lacks %q", stderr.String(), tt.wantStderr)
+			}
+		})
+	}
+}

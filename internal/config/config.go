@@ -1,0 +1,272 @@
+// Package config reads the service's settings from command-line flags,
+// RATELIMITER_* environment variables and an optional YAML file, and checks
+// them.
+//
+// Each setting is taken from, in order of precedence: its flag, its
+// environment variable (an empty variable counts as unset), the config file
+// (for the settings it can hold), then its default. Usage writes the list of
+// settings.
+//
+// The config file, named by --config or RATELIMITER_CONFIG, declares named
+// limiters, created at start-up, and the per-IP policy. Unknown keys are
+// errors. Every key is optional:
+//
+//	limiters:                  # created, or replaced, at start-up
+//	  - name: google-read      # letters, digits, '.', '_', '-'
+//	    limit: 2000            # permits per period
+//	    period: 100s           # a Go duration: 1s, 1m, 1h30m
+//	  - name: payments-api
+//	    limit: 5
+//	    period: 1m
+//	    algorithm: sliding_log # gcra (default) or sliding_log
+//	    burst: 0               # gcra only: permits at once, 0 means limit
+//	tenants:                   # the per-IP policy (--tenant-* flags)
+//	  limit: 100
+//	  period: 1m
+//	  algorithm: gcra
+//	  burst: 0
+//	  ipv6_prefix: 64
+//	  max_tenants: 1000000
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/tenant"
+)
+
+// Values of Config.Backend.
+const (
+	BackendMemory = "memory"
+)
+
+// Values of Config.LogFormat.
+const (
+	LogJSON = "json"
+	LogText = "text"
+)
+
+// Config is the service's configuration, checked: every field holds a usable
+// value.
+type Config struct {
+	// ConfigFile is the YAML file the limiters and per-IP policy were read
+	// from; empty when none.
+	ConfigFile string
+	// Listen is the TCP address to serve on, host:port; port 0 picks one.
+	Listen string
+	// Backend is where limiter state lives: BackendMemory.
+	Backend string
+	// AdminToken is the bearer token limiter mutations require; empty
+	// means they are open. It is never logged.
+	AdminToken string
+	// LogLevel is the least severe level logged.
+	LogLevel slog.Level
+	// LogFormat is LogJSON or LogText.
+	LogFormat string
+	// MaxBodyBytes is the largest request body accepted.
+	MaxBodyBytes int64
+	// MaxHeaderBytes is the largest request header section accepted.
+	MaxHeaderBytes int
+	// Timeouts of the HTTP server (see net/http.Server).
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// ShutdownDelay is how long readiness reports false, while requests
+	// are still served, before the listener closes. Zero skips the wait.
+	ShutdownDelay time.Duration
+	// ShutdownTimeout is the time allowed after the delay for in-flight
+	// requests to finish and telemetry to flush.
+	ShutdownTimeout time.Duration
+	// Tenants is the per-IP policy and the registry's bounds; its Policy
+	// is valid and normalized.
+	Tenants tenant.Config
+	// Limiters are the named limiters to create at start-up, in file order,
+	// with valid names and valid, normalized policies; no two share a name.
+	Limiters []limiter.Definition
+	// ShowVersion reports that --version was given: the caller prints its
+	// version and exits. No other field is set then.
+	ShowVersion bool
+
+	adminTokenFile string
+}
+
+// LogValue describes c for a log record, leaving out the admin token.
+// Durations are written as text ("10s"), not as nanoseconds.
+func (c Config) LogValue() slog.Value {
+	names := make([]string, len(c.Limiters))
+	for i, d := range c.Limiters {
+		names[i] = d.Name
+	}
+	p := c.Tenants.Policy
+	return slog.GroupValue(
+		slog.String("config_file", c.ConfigFile),
+		slog.String("listen", c.Listen),
+		slog.String("backend", c.Backend),
+		slog.Bool("admin_token_set", c.AdminToken != ""),
+		slog.Int64("max_body_bytes", c.MaxBodyBytes),
+		slog.Int("max_header_bytes", c.MaxHeaderBytes),
+		slog.String("read_header_timeout", c.ReadHeaderTimeout.String()),
+		slog.String("read_timeout", c.ReadTimeout.String()),
+		slog.String("write_timeout", c.WriteTimeout.String()),
+		slog.String("idle_timeout", c.IdleTimeout.String()),
+		slog.String("shutdown_delay", c.ShutdownDelay.String()),
+		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
+		slog.Group("tenants",
+			slog.Int64("limit", p.Limit),
+			slog.String("period", limiter.FormatPeriod(p.Period)),
+			slog.String("algorithm", string(p.Algorithm)),
+			slog.Int64("burst", p.Burst),
+			slog.Int("ipv6_prefix", c.Tenants.IPv6Prefix),
+			slog.Int("max_tenants", c.Tenants.MaxTenants),
+		),
+		slog.Any("limiters", names),
+	)
+}
+
+// Load builds the Config from the command-line arguments args (without the
+// program name), the environment read through getenv, and the config file
+// they name. It returns flag.ErrHelp when args ask for help (-h, --help): the
+// caller then writes Usage and exits successfully. Any other error describes
+// the first invalid setting and where its value came from.
+func Load(args []string, getenv func(string) string) (Config, error) {
+	flags := make(map[string]string)
+	fs, showVersion := newFlagSet(flags)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, err
+		}
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("config: unexpected argument %q: settings are given as flags such as --listen=:8080", fs.Arg(0))
+	}
+	if *showVersion {
+		return Config{ShowVersion: true}, nil
+	}
+
+	var c Config
+	origin := make(map[string]string, len(settings))
+	set := func(s setting, v, from string) error {
+		if err := s.apply(&c, v); err != nil {
+			return fmt.Errorf("config: %s: %w", from, err)
+		}
+		origin[s.name] = from
+		return nil
+	}
+	for _, s := range settings {
+		if err := set(s, s.def, "default of --"+s.name); err != nil {
+			return Config{}, err // a broken default: a bug caught by the tests
+		}
+	}
+
+	path, ok := flags["config"]
+	if !ok {
+		path = getenv("RATELIMITER_CONFIG")
+	}
+	if path != "" {
+		f, err := readFile(path)
+		if err != nil {
+			return Config{}, err
+		}
+		values := f.Tenants.values()
+		for _, s := range settings {
+			if v, ok := values[s.file]; ok && s.file != "" {
+				if err := set(s, v, s.file+" in "+path); err != nil {
+					return Config{}, err
+				}
+			}
+		}
+		if c.Limiters, err = f.definitions(path); err != nil {
+			return Config{}, err
+		}
+	}
+
+	for _, s := range settings {
+		if v := getenv(s.env); v != "" {
+			if err := set(s, v, s.env); err != nil {
+				return Config{}, err
+			}
+		}
+	}
+	for _, s := range settings {
+		if v, ok := flags[s.name]; ok {
+			if err := set(s, v, "--"+s.name); err != nil {
+				return Config{}, err
+			}
+		}
+	}
+
+	if err := c.Tenants.Policy.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config: per-IP policy (%s): %w",
+			origins(origin, "tenant-limit", "tenant-algorithm", "tenant-burst"), err)
+	}
+	c.Tenants.Policy = c.Tenants.Policy.Normalize()
+
+	if c.adminTokenFile != "" {
+		if c.AdminToken != "" {
+			return Config{}, fmt.Errorf("config: both the admin token (%s) and the admin token file (%s) are set; set one",
+				origin["admin-token"], origin["admin-token-file"])
+		}
+		token, err := readToken(c.adminTokenFile)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %s: %w", origin["admin-token-file"], err)
+		}
+		c.AdminToken = token
+	}
+	return c, nil
+}
+
+// newFlagSet returns the command line's flags. Each setting's flag records
+// its raw value in flags, applied later in order of precedence.
+func newFlagSet(flags map[string]string) (fs *flag.FlagSet, showVersion *bool) {
+	fs = flag.NewFlagSet("ratelimiter", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the caller reports errors and writes Usage
+	fs.Usage = func() {}
+	for _, s := range settings {
+		fs.Func(s.name, s.usage, func(v string) error { flags[s.name] = v; return nil })
+	}
+	return fs, fs.Bool("version", false, "print the version and exit")
+}
+
+// origins describes where the named settings got their values, listing only
+// those that were set (not left at their defaults).
+func origins(origin map[string]string, names ...string) string {
+	var set []string
+	for _, n := range names {
+		if o := origin[n]; !strings.HasPrefix(o, "default of ") {
+			set = append(set, o)
+		}
+	}
+	if len(set) == 0 {
+		return "defaults"
+	}
+	return "set by " + strings.Join(set, ", ")
+}
+
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read admin token: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("admin token file %s is empty", path)
+	}
+	if err := checkToken(token); err != nil {
+		return "", fmt.Errorf("admin token file %s: %w", path, err)
+	}
+	return token, nil
+}
+
+// itoa writes an integer the way the integer settings read it.
+func itoa[T int | int64](n T) string { return strconv.FormatInt(int64(n), 10) }

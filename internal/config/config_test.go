@@ -1,0 +1,376 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/tenant"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// writeFile writes content to a file in a fresh temporary directory and
+// returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDefaults(t *testing.T) {
+	got, err := Load(nil, env(nil))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := Config{
+		Listen:            ":8080",
+		Backend:           BackendMemory,
+		LogLevel:          slog.LevelInfo,
+		LogFormat:         LogJSON,
+		MaxBodyBytes:      65536,
+		MaxHeaderBytes:    16384,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ShutdownDelay:     0,
+		ShutdownTimeout:   20 * time.Second,
+		Tenants: tenant.Config{
+			Policy:     limiter.Policy{Limit: 100, Period: time.Minute, Algorithm: limiter.GCRA, Burst: 100},
+			IPv6Prefix: 64,
+			MaxTenants: 1_000_000,
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, "config.yaml", "tenants:\n  limit: 200\n  period: 10s\n")
+	tests := []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantLimit  int64
+		wantPeriod time.Duration
+		wantListen string
+	}{
+		{name: "defaults", wantLimit: 100, wantPeriod: time.Minute, wantListen: ":8080"},
+		{name: "file over default", args: []string{"--config", file},
+			wantLimit: 200, wantPeriod: 10 * time.Second, wantListen: ":8080"},
+		{name: "file named by env", env: map[string]string{"RATELIMITER_CONFIG": file},
+			wantLimit: 200, wantPeriod: 10 * time.Second, wantListen: ":8080"},
+		{name: "env over file", args: []string{"--config", file},
+			env:       map[string]string{"RATELIMITER_TENANT_LIMIT": "300", "RATELIMITER_LISTEN": ":9000"},
+			wantLimit: 300, wantPeriod: 10 * time.Second, wantListen: ":9000"},
+		{name: "flag over env", args: []string{"--config", file, "--tenant-limit=400", "-listen", "127.0.0.1:0"},
+			env:       map[string]string{"RATELIMITER_TENANT_LIMIT": "300", "RATELIMITER_LISTEN": ":9000"},
+			wantLimit: 400, wantPeriod: 10 * time.Second, wantListen: "127.0.0.1:0"},
+		{name: "empty env counts as unset", env: map[string]string{"RATELIMITER_TENANT_LIMIT": ""},
+			wantLimit: 100, wantPeriod: time.Minute, wantListen: ":8080"},
+		{name: "last flag wins", args: []string{"--tenant-limit=5", "--tenant-limit=6"},
+			wantLimit: 6, wantPeriod: time.Minute, wantListen: ":8080"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(tt.args, env(tt.env))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got := c.Tenants.Policy.Limit; got != tt.wantLimit {
+				t.Errorf("tenant limit: got %d, want %d", got, tt.wantLimit)
+			}
+			if got := c.Tenants.Policy.Period; got != tt.wantPeriod {
+				t.Errorf("tenant period: got %s, want %s", got, tt.wantPeriod)
+			}
+			if c.Listen != tt.wantListen {
+				t.Errorf("listen: got %q, want %q", c.Listen, tt.wantListen)
+			}
+		})
+	}
+}
+
+func TestEverySettingByFlagAndEnv(t *testing.T) {
+	tokenFile := writeFile(t, "token", "  s3cret\n")
+	values := map[string]string{
+		"listen": "127.0.0.1:9999", "backend": "memory", "max-body-bytes": "1024", "max-header-bytes": "4096",
+		"log-level": "debug", "log-format": "text",
+		"read-header-timeout": "1s", "read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s",
+		"shutdown-delay": "5s", "shutdown-timeout": "6s",
+		"tenant-limit": "10", "tenant-period": "1h", "tenant-algorithm": "sliding_log", "tenant-burst": "0",
+		"tenant-ipv6-prefix": "48", "tenant-max": "500",
+		"admin-token-file": tokenFile, "config": "",
+	}
+	want := Config{
+		Listen: "127.0.0.1:9999", Backend: BackendMemory, AdminToken: "s3cret",
+		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 4096,
+		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
+		IdleTimeout: 4 * time.Second, ShutdownDelay: 5 * time.Second, ShutdownTimeout: 6 * time.Second,
+		Tenants: tenant.Config{
+			Policy:     limiter.Policy{Limit: 10, Period: time.Hour, Algorithm: limiter.SlidingLog},
+			IPv6Prefix: 48, MaxTenants: 500,
+		},
+		adminTokenFile: tokenFile,
+	}
+	var args []string
+	environ := map[string]string{}
+	for _, s := range settings {
+		v, ok := values[s.name]
+		if !ok {
+			continue
+		}
+		args = append(args, "--"+s.name+"="+v)
+		environ[s.env] = v
+	}
+	for name, load := range map[string]func() (Config, error){
+		"flags": func() (Config, error) { return Load(args, env(nil)) },
+		"env":   func() (Config, error) { return Load(nil, env(environ)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := load()
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestFile(t *testing.T) {
+	path := writeFile(t, "config.yaml", `
+limiters:
+  - name: google-read
+    limit: 2000
+    period: 100s
+  - name: payments-api
+    limit: 5
+    period: 1m
+    algorithm: sliding_log
+  - name: bursty
+    limit: 10
+    period: 1s
+    burst: 3
+tenants:
+  limit: 50
+  period: 30s
+  algorithm: gcra
+  burst: 5
+  ipv6_prefix: 56
+  max_tenants: 1000
+`)
+	c, err := Load([]string{"--config", path}, env(nil))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	wantLimiters := []limiter.Definition{
+		{Name: "google-read", Policy: limiter.Policy{Limit: 2000, Period: 100 * time.Second, Algorithm: limiter.GCRA, Burst: 2000}},
+		{Name: "payments-api", Policy: limiter.Policy{Limit: 5, Period: time.Minute, Algorithm: limiter.SlidingLog}},
+		{Name: "bursty", Policy: limiter.Policy{Limit: 10, Period: time.Second, Algorithm: limiter.GCRA, Burst: 3}},
+	}
+	if !reflect.DeepEqual(c.Limiters, wantLimiters) {
+		t.Errorf("limiters: got %+v, want %+v", c.Limiters, wantLimiters)
+	}
+	wantTenants := tenant.Config{
+		Policy:     limiter.Policy{Limit: 50, Period: 30 * time.Second, Algorithm: limiter.GCRA, Burst: 5},
+		IPv6Prefix: 56, MaxTenants: 1000,
+	}
+	if c.Tenants != wantTenants {
+		t.Errorf("tenants: got %+v, want %+v", c.Tenants, wantTenants)
+	}
+	if c.ConfigFile != path {
+		t.Errorf("ConfigFile: got %q, want %q", c.ConfigFile, path)
+	}
+}
+
+func TestExampleFile(t *testing.T) {
+	c, err := Load([]string{"--config", "../../examples/config.yaml"}, env(nil))
+	if err != nil {
+		t.Fatalf("examples/config.yaml: %v", err)
+	}
+	if len(c.Limiters) == 0 {
+		t.Errorf("examples/config.yaml declares no limiters")
+	}
+}
+
+func TestEmptyFile(t *testing.T) {
+	c, err := Load([]string{"--config", writeFile(t, "empty.yaml", "")}, env(nil))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if len(c.Limiters) != 0 || c.Tenants.Policy.Limit != 100 {
+		t.Errorf("an empty file changed the configuration: %+v", c)
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	file := func(content string) []string {
+		return []string{"--config", writeFile(t, "config.yaml", content)}
+	}
+	tokenFile := writeFile(t, "token", "s3cret")
+	emptyToken := writeFile(t, "empty-token", " \n")
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string // substrings of the error
+	}{
+		{name: "unknown flag", args: []string{"--nope"}, want: []string{"flag provided but not defined", "nope"}},
+		{name: "positional argument", args: []string{"serve"}, want: []string{`unexpected argument "serve"`}},
+		{name: "listen without port", args: []string{"--listen", "localhost"}, want: []string{"--listen", "host:port"}},
+		{name: "listen bad port", env: map[string]string{"RATELIMITER_LISTEN": ":http"}, want: []string{"RATELIMITER_LISTEN", "port"}},
+		{name: "listen port out of range", args: []string{"--listen", ":70000"}, want: []string{"--listen", "0 to 65535"}},
+		{name: "backend redis", args: []string{"--backend", "redis"}, want: []string{"--backend", "planned", "memory"}},
+		{name: "backend unknown", env: map[string]string{"RATELIMITER_BACKEND": "etcd"}, want: []string{"RATELIMITER_BACKEND", `unknown backend "etcd"`}},
+		{name: "token and token file", args: []string{"--admin-token-file", tokenFile}, env: map[string]string{"RATELIMITER_ADMIN_TOKEN": "x"},
+			want: []string{"RATELIMITER_ADMIN_TOKEN", "--admin-token-file", "both"}},
+		{name: "token file missing", args: []string{"--admin-token-file", "/nonexistent/token"}, want: []string{"--admin-token-file", "no such file"}},
+		{name: "token file empty", args: []string{"--admin-token-file", emptyToken}, want: []string{"--admin-token-file", "empty"}},
+		{name: "token with space", args: []string{"--admin-token", "a b"}, want: []string{"--admin-token", "spaces"}},
+		{name: "log level", args: []string{"--log-level", "verbose"}, want: []string{"--log-level", `"verbose"`}},
+		{name: "log format", env: map[string]string{"RATELIMITER_LOG_FORMAT": "xml"}, want: []string{"RATELIMITER_LOG_FORMAT", `"xml"`}},
+		{name: "max body bytes zero", args: []string{"--max-body-bytes", "0"}, want: []string{"--max-body-bytes", "from 1"}},
+		{name: "max body bytes not a number", args: []string{"--max-body-bytes", "64k"}, want: []string{"--max-body-bytes", `"64k"`}},
+		{name: "max header bytes too small", args: []string{"--max-header-bytes", "10"}, want: []string{"--max-header-bytes"}},
+		{name: "timeout not a duration", args: []string{"--read-timeout", "10"}, want: []string{"--read-timeout", "not a duration"}},
+		{name: "timeout zero", args: []string{"--write-timeout", "0s"}, want: []string{"--write-timeout", "positive"}},
+		{name: "idle timeout negative", args: []string{"--idle-timeout", "-1s"}, want: []string{"--idle-timeout", "positive"}},
+		{name: "header timeout zero", args: []string{"--read-header-timeout", "0"}, want: []string{"--read-header-timeout"}},
+		{name: "shutdown timeout zero", args: []string{"--shutdown-timeout", "0s"}, want: []string{"--shutdown-timeout"}},
+		{name: "shutdown delay negative", args: []string{"--shutdown-delay", "-1s"}, want: []string{"--shutdown-delay", "negative"}},
+		{name: "tenant limit zero", args: []string{"--tenant-limit", "0"}, want: []string{"--tenant-limit", "from 1"}},
+		{name: "tenant limit too large", env: map[string]string{"RATELIMITER_TENANT_LIMIT": "2000000000"}, want: []string{"RATELIMITER_TENANT_LIMIT"}},
+		{name: "tenant period", args: []string{"--tenant-period", "1"}, want: []string{"--tenant-period", "invalid policy"}},
+		{name: "tenant period too short", args: []string{"--tenant-period", "1us"}, want: []string{"--tenant-period", "between"}},
+		{name: "tenant algorithm", args: []string{"--tenant-algorithm", "leaky"}, want: []string{"--tenant-algorithm", `"leaky"`}},
+		{name: "tenant burst negative", args: []string{"--tenant-burst", "-1"}, want: []string{"--tenant-burst"}},
+		{name: "tenant burst above limit", env: map[string]string{"RATELIMITER_TENANT_BURST": "200"},
+			want: []string{"per-IP policy", "RATELIMITER_TENANT_BURST", "burst"}},
+		{name: "tenant burst with sliding log", args: []string{"--tenant-algorithm=sliding_log", "--tenant-burst=5"},
+			want: []string{"per-IP policy", "--tenant-algorithm", "--tenant-burst"}},
+		{name: "tenant ipv6 prefix", args: []string{"--tenant-ipv6-prefix", "65"}, want: []string{"--tenant-ipv6-prefix", "1 to 64"}},
+		{name: "tenant max", args: []string{"--tenant-max", "0"}, want: []string{"--tenant-max"}},
+		{name: "config file missing", args: []string{"--config", "/nonexistent/config.yaml"}, want: []string{"config file", "no such file"}},
+		{name: "config file is a directory", args: []string{"--config", t.TempDir()}, want: []string{"config file", "regular file"}},
+		{name: "file unknown top-level key", args: file("limits: []\n"), want: []string{"config file", "limits"}},
+		{name: "file unknown limiter key", args: file("limiters:\n  - name: a\n    limit: 1\n    period: 1s\n    rate: 3\n"), want: []string{"rate"}},
+		{name: "file unknown tenants key", args: file("tenants:\n  max: 3\n"), want: []string{"max"}},
+		{name: "file duplicate key", args: file("tenants:\n  limit: 3\n  limit: 4\n"), want: []string{"limit"}},
+		{name: "file not yaml", args: file("limiters: [\n"), want: []string{"config file"}},
+		{name: "file wrong type", args: file("tenants:\n  limit: lots\n"), want: []string{"config file", "limit"}},
+		{name: "file tenants value", args: file("tenants:\n  ipv6_prefix: 0\n"), want: []string{"tenants.ipv6_prefix in", "1 to 64"}},
+		{name: "file tenants period", args: file("tenants:\n  period: 60\n"), want: []string{"tenants.period in", "invalid policy"}},
+		{name: "file tenants policy", args: file("tenants:\n  limit: 10\n  burst: 20\n"),
+			want: []string{"per-IP policy", "tenants.limit in", "tenants.burst in", "burst"}},
+		{name: "limiter without name", args: file("limiters:\n  - limit: 1\n    period: 1s\n"), want: []string{"limiters[0]", "name is required"}},
+		{name: "limiter bad name", args: file("limiters:\n  - name: -a\n    limit: 1\n    period: 1s\n"), want: []string{"limiters[0]", "invalid limiter name"}},
+		{name: "limiter without limit", args: file("limiters:\n  - name: a\n    period: 1s\n"), want: []string{"limiters[0] (a)", "limit is required"}},
+		{name: "limiter negative limit", args: file("limiters:\n  - name: a\n    limit: -1\n    period: 1s\n"), want: []string{"limiters[0] (a)", "limit must be"}},
+		{name: "limiter without period", args: file("limiters:\n  - name: a\n    limit: 1\n"), want: []string{"limiters[0] (a)", "period is required"}},
+		{name: "limiter bad period", args: file("limiters:\n  - name: a\n    limit: 1\n    period: soon\n"), want: []string{"limiters[0] (a)", `"soon"`}},
+		{name: "limiter bad algorithm", args: file("limiters:\n  - name: a\n    limit: 1\n    period: 1s\n    algorithm: fixed\n"), want: []string{"limiters[0] (a)", `"fixed"`}},
+		{name: "limiter burst above limit", args: file("limiters:\n  - name: a\n    limit: 1\n    period: 1s\n    burst: 2\n"), want: []string{"limiters[0] (a)", "burst"}},
+		{name: "limiter burst with sliding log", args: file("limiters:\n  - name: a\n    limit: 2\n    period: 1s\n    algorithm: sliding_log\n    burst: 1\n"), want: []string{"limiters[0] (a)", "burst"}},
+		{name: "duplicate limiter", args: file("limiters:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, limit: 1, period: 1s}\n  - {name: a, limit: 2, period: 1s}\n"),
+			want: []string{"limiters[2] (a)", "duplicate", "limiters[0]"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(tt.args, env(tt.env))
+			if err == nil {
+				t.Fatalf("Load succeeded with %+v, want an error", c)
+			}
+			if errors.Is(err, flag.ErrHelp) {
+				t.Fatalf("got flag.ErrHelp, want a configuration error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("got error %q, want it to mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, arg := range []string{"-h", "-help", "--help"} {
+		if _, err := Load([]string{arg}, env(nil)); !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("Load(%s): got error %v, want flag.ErrHelp", arg, err)
+		}
+	}
+	// --version needs no valid configuration.
+	c, err := Load([]string{"--version"}, env(map[string]string{"RATELIMITER_LISTEN": "bad"}))
+	if err != nil || !c.ShowVersion {
+		t.Errorf("Load(--version): got %+v, %v; want ShowVersion and no error", c, err)
+	}
+}
+
+func TestUsageListsEverySetting(t *testing.T) {
+	var b bytes.Buffer
+	Usage(&b, "ratelimiter")
+	out := b.String()
+
+	fs, _ := newFlagSet(map[string]string{})
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(out, "--"+f.Name+"\n") && !strings.Contains(out, "--"+f.Name+" ") {
+			t.Errorf("usage lacks the flag --%s", f.Name)
+		}
+	})
+	for _, s := range settings {
+		for _, want := range []string{"--" + s.name + " ", s.env, s.usage[:20]} {
+			if !strings.Contains(out, want) {
+				t.Errorf("usage lacks %q of --%s", want, s.name)
+			}
+		}
+		if s.def != "" && !strings.Contains(out, `default "`+s.def+`"`) {
+			t.Errorf("usage lacks the default %q of --%s", s.def, s.name)
+		}
+		if s.file != "" && !strings.Contains(out, "file "+s.file) {
+			t.Errorf("usage lacks the file key %s of --%s", s.file, s.name)
+		}
+		if !strings.HasPrefix(s.env, "RATELIMITER_") {
+			t.Errorf("--%s: environment variable %s lacks the RATELIMITER_ prefix", s.name, s.env)
+		}
+	}
+	for _, want := range []string{"--version", "--help", "OTEL_TRACES_EXPORTER"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("usage lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if len(line) > 100 {
+			t.Errorf("usage line longer than 100 characters: %q", line)
+		}
+	}
+}
+
+func TestLogValueHidesToken(t *testing.T) {
+	c, err := Load([]string{"--admin-token", "s3cret-token"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	slog.New(slog.NewJSONHandler(&b, nil)).Info("config", "config", c)
+	if strings.Contains(b.String(), "s3cret-token") {
+		t.Errorf("the logged configuration holds the admin token: %s", b.String())
+	}
+	if !strings.Contains(b.String(), `"admin_token_set":true`) {
+		t.Errorf("the logged configuration does not say the admin token is set: %s", b.String())
+	}
+}

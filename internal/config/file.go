@@ -1,0 +1,132 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// maxFileBytes bounds the config file read, far above any real one.
+const maxFileBytes = 16 << 20
+
+// file is the config file's schema; see the package documentation.
+type file struct {
+	Limiters []fileLimiter `yaml:"limiters"`
+	Tenants  fileTenants   `yaml:"tenants"`
+}
+
+type fileLimiter struct {
+	Name      string `yaml:"name"`
+	Limit     int64  `yaml:"limit"`
+	Period    string `yaml:"period"`
+	Algorithm string `yaml:"algorithm"`
+	Burst     int64  `yaml:"burst"`
+}
+
+// fileTenants holds pointers so that a key left out keeps the lower
+// precedence value, while a key written as 0 is checked like any value.
+type fileTenants struct {
+	Limit      *int64  `yaml:"limit"`
+	Period     *string `yaml:"period"`
+	Algorithm  *string `yaml:"algorithm"`
+	Burst      *int64  `yaml:"burst"`
+	IPv6Prefix *int64  `yaml:"ipv6_prefix"`
+	MaxTenants *int64  `yaml:"max_tenants"`
+}
+
+// readFile reads and strictly decodes the config file at path.
+func readFile(path string) (file, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return file{}, fmt.Errorf("config: config file: %w", err)
+	}
+	if !info.Mode().IsRegular() || info.Size() > maxFileBytes {
+		return file{}, fmt.Errorf("config: config file %s: not a regular file of at most %d bytes", path, maxFileBytes)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return file{}, fmt.Errorf("config: config file: %w", err)
+	}
+	var f file
+	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
+		// The formatted error points at the line and column, with the
+		// surrounding lines of the file.
+		return file{}, fmt.Errorf("config: config file %s:\n%s", path, strings.TrimRight(yaml.FormatError(err, false, true), "\n"))
+	}
+	return f, nil
+}
+
+// values returns the tenants section as setting values keyed by their file
+// key, the way their flags would carry them.
+func (t fileTenants) values() map[string]string {
+	v := make(map[string]string)
+	if t.Limit != nil {
+		v["tenants.limit"] = itoa(*t.Limit)
+	}
+	if t.Period != nil {
+		v["tenants.period"] = *t.Period
+	}
+	if t.Algorithm != nil {
+		v["tenants.algorithm"] = *t.Algorithm
+	}
+	if t.Burst != nil {
+		v["tenants.burst"] = itoa(*t.Burst)
+	}
+	if t.IPv6Prefix != nil {
+		v["tenants.ipv6_prefix"] = itoa(*t.IPv6Prefix)
+	}
+	if t.MaxTenants != nil {
+		v["tenants.max_tenants"] = itoa(*t.MaxTenants)
+	}
+	return v
+}
+
+// definitions checks the limiters section of the file at path and returns its
+// definitions, with normalized policies.
+func (f file) definitions(path string) ([]limiter.Definition, error) {
+	defs := make([]limiter.Definition, 0, len(f.Limiters))
+	first := make(map[string]int, len(f.Limiters))
+	for i, l := range f.Limiters {
+		invalid := func(err error) error {
+			if l.Name == "" {
+				return fmt.Errorf("config: config file %s: limiters[%d]: %w", path, i, err)
+			}
+			return fmt.Errorf("config: config file %s: limiters[%d] (%s): %w", path, i, l.Name, err)
+		}
+		if l.Name == "" {
+			return nil, invalid(fmt.Errorf("name is required"))
+		}
+		if err := limiter.CheckName(l.Name); err != nil {
+			return nil, invalid(err)
+		}
+		if j, dup := first[l.Name]; dup {
+			return nil, invalid(fmt.Errorf("duplicate name %q, first declared at limiters[%d]", l.Name, j))
+		}
+		first[l.Name] = i
+		if l.Limit == 0 {
+			return nil, invalid(fmt.Errorf("limit is required"))
+		}
+		if l.Period == "" {
+			return nil, invalid(fmt.Errorf("period is required, such as 1s, 1m or 1h"))
+		}
+		period, err := limiter.ParsePeriod(l.Period)
+		if err != nil {
+			return nil, invalid(err)
+		}
+		p := limiter.Policy{Limit: l.Limit, Period: period, Burst: l.Burst}
+		if l.Algorithm != "" {
+			if p.Algorithm, err = algorithm(l.Algorithm); err != nil {
+				return nil, invalid(err)
+			}
+		}
+		if err := p.Validate(); err != nil {
+			return nil, invalid(err)
+		}
+		defs = append(defs, limiter.Definition{Name: l.Name, Policy: p.Normalize()})
+	}
+	return defs, nil
+}

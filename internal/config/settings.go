@@ -1,0 +1,253 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// setting is one configurable value: its flag, its environment variable, its
+// key in the config file if it has one, its default, and how to store a
+// value written as text into a Config.
+type setting struct {
+	name  string // flag name, without the leading dashes
+	env   string // environment variable
+	file  string // key in the config file; empty when the file cannot set it
+	def   string // default, written as on the command line
+	arg   string // placeholder for the value in the usage text
+	group string // heading under which the usage text lists it
+	usage string
+	apply func(c *Config, v string) error
+}
+
+// Usage groups, in the order the usage text lists them.
+const (
+	groupServer   = "Server"
+	groupAdmin    = "Administration"
+	groupTimeouts = "Timeouts and shutdown"
+	groupTenants  = "Per-IP policy (applies to every requester IP address or IPv6 prefix)"
+	groupLogging  = "Logging"
+)
+
+var groups = []string{groupServer, groupAdmin, groupTimeouts, groupTenants, groupLogging}
+
+// settings lists every setting that has a flag and an environment variable,
+// in the order their defaults, file values, environment variables and flags
+// are applied.
+var settings = []setting{
+	{
+		name: "config", env: "RATELIMITER_CONFIG", arg: "path", group: groupServer,
+		usage: "YAML file declaring named limiters and the per-IP policy (see examples/config.yaml). Empty: none.",
+		apply: func(c *Config, v string) error { c.ConfigFile = v; return nil },
+	},
+	{
+		name: "listen", env: "RATELIMITER_LISTEN", def: ":8080", arg: "host:port", group: groupServer,
+		usage: "TCP address to serve HTTP on. An empty host listens on every interface; port 0 picks a free port.",
+		apply: func(c *Config, v string) error {
+			_, port, err := net.SplitHostPort(v)
+			if err != nil {
+				return fmt.Errorf("%q is not a host:port address such as \":8080\" or \"127.0.0.1:8080\"", v)
+			}
+			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
+				return fmt.Errorf("port %q of %q must be a number from 0 to 65535", port, v)
+			}
+			c.Listen = v
+			return nil
+		},
+	},
+	{
+		name: "backend", env: "RATELIMITER_BACKEND", def: BackendMemory, arg: "name", group: groupServer,
+		usage: "Where limiter state lives: \"memory\" (this process only, for a single replica). \"redis\" is planned.",
+		apply: func(c *Config, v string) error {
+			switch v {
+			case BackendMemory:
+				c.Backend = v
+				return nil
+			case "redis":
+				return fmt.Errorf("backend %q is planned but not available yet; use %q", v, BackendMemory)
+			}
+			return fmt.Errorf("unknown backend %q (want %q)", v, BackendMemory)
+		},
+	},
+	{
+		name: "max-body-bytes", env: "RATELIMITER_MAX_BODY_BYTES", def: "65536", arg: "bytes", group: groupServer,
+		usage: "Largest request body accepted; a larger one is refused with 413.",
+		apply: integer(func(c *Config) *int64 { return &c.MaxBodyBytes }, 1, 1<<30),
+	},
+	{
+		name: "max-header-bytes", env: "RATELIMITER_MAX_HEADER_BYTES", def: "16384", arg: "bytes", group: groupServer,
+		usage: "Largest request header section (request line and headers) accepted; a larger one is refused with 431.",
+		apply: integer(func(c *Config) *int { return &c.MaxHeaderBytes }, 1024, 1<<20),
+	},
+	{
+		name: "admin-token", env: "RATELIMITER_ADMIN_TOKEN", arg: "token", group: groupAdmin,
+		usage: "Bearer token required to create, replace and delete limiters. Empty: those operations are open to every " +
+			"caller. Prefer --admin-token-file or the environment variable: flags are visible to every local user.",
+		apply: func(c *Config, v string) error {
+			if err := checkToken(v); err != nil {
+				return err
+			}
+			c.AdminToken = v
+			return nil
+		},
+	},
+	{
+		name: "admin-token-file", env: "RATELIMITER_ADMIN_TOKEN_FILE", arg: "path", group: groupAdmin,
+		usage: "File holding the admin token (surrounding whitespace is ignored), such as a mounted secret. " +
+			"Setting both the token and the token file is an error.",
+		apply: func(c *Config, v string) error { c.adminTokenFile = v; return nil },
+	},
+	{
+		name: "read-header-timeout", env: "RATELIMITER_READ_HEADER_TIMEOUT", def: "5s", arg: "duration", group: groupTimeouts,
+		usage: "Time allowed to read a request's headers.",
+		apply: duration(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }, false),
+	},
+	{
+		name: "read-timeout", env: "RATELIMITER_READ_TIMEOUT", def: "10s", arg: "duration", group: groupTimeouts,
+		usage: "Time allowed to read a whole request, body included.",
+		apply: duration(func(c *Config) *time.Duration { return &c.ReadTimeout }, false),
+	},
+	{
+		name: "write-timeout", env: "RATELIMITER_WRITE_TIMEOUT", def: "10s", arg: "duration", group: groupTimeouts,
+		usage: "Time allowed from the end of the request headers to the end of the response.",
+		apply: duration(func(c *Config) *time.Duration { return &c.WriteTimeout }, false),
+	},
+	{
+		name: "idle-timeout", env: "RATELIMITER_IDLE_TIMEOUT", def: "60s", arg: "duration", group: groupTimeouts,
+		usage: "Time a kept-alive connection may wait for its next request.",
+		apply: duration(func(c *Config) *time.Duration { return &c.IdleTimeout }, false),
+	},
+	{
+		name: "shutdown-delay", env: "RATELIMITER_SHUTDOWN_DELAY", def: "0s", arg: "duration", group: groupTimeouts,
+		usage: "On SIGTERM or SIGINT, time during which /readyz reports not ready while requests are still served, " +
+			"so that load balancers stop routing here before the listener closes. Kubernetes deployments set a few seconds.",
+		apply: duration(func(c *Config) *time.Duration { return &c.ShutdownDelay }, true),
+	},
+	{
+		name: "shutdown-timeout", env: "RATELIMITER_SHUTDOWN_TIMEOUT", def: "20s", arg: "duration", group: groupTimeouts,
+		usage: "After the shutdown delay, time allowed for in-flight requests to finish and telemetry to flush; " +
+			"connections still open then are closed.",
+		apply: duration(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, false),
+	},
+	{
+		name: "tenant-limit", env: "RATELIMITER_TENANT_LIMIT", file: "tenants.limit", def: "100", arg: "permits", group: groupTenants,
+		usage: fmt.Sprintf("Permits each requester may take per period, from 1 to %d.", int64(limiter.MaxLimit)),
+		apply: integer(func(c *Config) *int64 { return &c.Tenants.Policy.Limit }, 1, limiter.MaxLimit),
+	},
+	{
+		name: "tenant-period", env: "RATELIMITER_TENANT_PERIOD", file: "tenants.period", def: "1m", arg: "duration", group: groupTenants,
+		usage: fmt.Sprintf("Window the per-IP limit applies to, such as 1s, 1m or 1h, from %s to %s.", limiter.MinPeriod, limiter.MaxPeriod),
+		apply: func(c *Config, v string) error {
+			d, err := limiter.ParsePeriod(v)
+			if err != nil {
+				return err
+			}
+			c.Tenants.Policy.Period = d
+			return nil
+		},
+	},
+	{
+		name: "tenant-algorithm", env: "RATELIMITER_TENANT_ALGORITHM", file: "tenants.algorithm", def: string(limiter.GCRA), arg: "name", group: groupTenants,
+		usage: "\"gcra\" (a token bucket: smooth, allows bursts up to the burst size) or \"sliding_log\" " +
+			"(never more than the limit in any window of one period).",
+		apply: func(c *Config, v string) error {
+			a, err := algorithm(v)
+			if err != nil {
+				return err
+			}
+			c.Tenants.Policy.Algorithm = a
+			return nil
+		},
+	},
+	{
+		name: "tenant-burst", env: "RATELIMITER_TENANT_BURST", file: "tenants.burst", def: "0", arg: "permits", group: groupTenants,
+		usage: "For gcra, permits a requester may take at once from a full bucket, from 1 to the limit; 0 means the limit. " +
+			"Must be 0 for sliding_log.",
+		apply: integer(func(c *Config) *int64 { return &c.Tenants.Policy.Burst }, 0, limiter.MaxLimit),
+	},
+	{
+		name: "tenant-ipv6-prefix", env: "RATELIMITER_TENANT_IPV6_PREFIX", file: "tenants.ipv6_prefix", def: "64", arg: "bits", group: groupTenants,
+		usage: "IPv6 requesters are grouped by this prefix length, from 1 to 64, since one host often holds a whole /64.",
+		apply: integer(func(c *Config) *int { return &c.Tenants.IPv6Prefix }, 1, 64),
+	},
+	{
+		name: "tenant-max", env: "RATELIMITER_TENANT_MAX", file: "tenants.max_tenants", def: "1000000", arg: "count", group: groupTenants,
+		usage: "Most requesters tracked at once: bounds the memory the per-IP state uses.",
+		apply: integer(func(c *Config) *int { return &c.Tenants.MaxTenants }, 1, 1_000_000_000),
+	},
+	{
+		name: "log-level", env: "RATELIMITER_LOG_LEVEL", def: "info", arg: "level", group: groupLogging,
+		usage: "Least severe level logged: debug, info, warn or error.",
+		apply: func(c *Config, v string) error {
+			l, ok := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}[v]
+			if !ok {
+				return fmt.Errorf("unknown log level %q (want debug, info, warn or error)", v)
+			}
+			c.LogLevel = l
+			return nil
+		},
+	},
+	{
+		name: "log-format", env: "RATELIMITER_LOG_FORMAT", def: LogJSON, arg: "format", group: groupLogging,
+		usage: "\"json\" (one JSON object a line, for log collectors) or \"text\" (key=value, for people).",
+		apply: func(c *Config, v string) error {
+			if v != LogJSON && v != LogText {
+				return fmt.Errorf("unknown log format %q (want %q or %q)", v, LogJSON, LogText)
+			}
+			c.LogFormat = v
+			return nil
+		},
+	},
+}
+
+// integer stores a decimal integer from min to max into the field.
+func integer[T int | int64](field func(*Config) *T, min, max T) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < int64(min) || n > int64(max) {
+			return fmt.Errorf("must be an integer from %d to %d, got %q", min, max, v)
+		}
+		*field(c) = T(n)
+		return nil
+	}
+}
+
+// duration stores a Go duration into the field; it must be positive, or
+// zero when zeroOK.
+func duration(field func(*Config) *time.Duration, zeroOK bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration such as \"500ms\", \"10s\" or \"1m\"", v)
+		}
+		if d < 0 || d == 0 && !zeroOK {
+			if zeroOK {
+				return fmt.Errorf("must not be negative, got %q", v)
+			}
+			return fmt.Errorf("must be positive, got %q", v)
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+func algorithm(v string) (limiter.Algorithm, error) {
+	switch a := limiter.Algorithm(v); a {
+	case limiter.GCRA, limiter.SlidingLog:
+		return a, nil
+	}
+	return "", fmt.Errorf("unknown algorithm %q (want %q or %q)", v, limiter.GCRA, limiter.SlidingLog)
+}
+
+// checkToken rejects tokens that cannot travel in an Authorization header.
+func checkToken(v string) error {
+	if strings.IndexFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return fmt.Errorf("the admin token must not contain spaces or control characters")
+	}
+	return nil
+}
