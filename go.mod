@@ -37,6 +37,7 @@ require (
 	github.com/speakeasy-api/openapi v1.24.0 // indirect
 	github.com/swaggest/swgui v1.8.5 // indirect
 	github.com/tidwall/btree v1.8.2 // indirect
+	github.com/vearutop/statigz v1.4.0 // indirect
 	github.com/vmware-labs/yaml-jsonpath v0.3.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/bridges/prometheus v0.72.0 // indirect

@@ -1,0 +1,207 @@
+package api_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/ratelimiter/ratelimiter/api"
+)
+
+func load(t *testing.T) *openapi3.T {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	if err != nil {
+		t.Fatalf("load openapi.yaml: %v", err)
+	}
+	return doc
+}
+
+func TestSpecIsValid(t *testing.T) {
+	doc := load(t)
+	// Examples, defaults and patterns are validated too (kin-openapi's
+	// defaults); format checking makes sure every format is a known one.
+	if err := doc.Validate(context.Background(), openapi3.EnableSchemaFormatValidation()); err != nil {
+		t.Fatalf("openapi.yaml is not valid: %v", err)
+	}
+	if got, want := doc.OpenAPI, "3.0.3"; got != want {
+		t.Errorf("openapi version: got %s, want %s", got, want)
+	}
+}
+
+// operations lists every operation as "METHOD path" with the operation.
+func operations(doc *openapi3.T) map[string]*openapi3.Operation {
+	ops := make(map[string]*openapi3.Operation)
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			ops[method+" "+path] = op
+		}
+	}
+	return ops
+}
+
+func TestEveryOperationIsDocumented(t *testing.T) {
+	doc := load(t)
+	ids := make(map[string]string)
+	for where, op := range operations(doc) {
+		t.Run(where, func(t *testing.T) {
+			if op.OperationID == "" {
+				t.Fatal("no operationId")
+			}
+			if other, dup := ids[op.OperationID]; dup {
+				t.Errorf("operationId %q is also used by %s", op.OperationID, other)
+			}
+			ids[op.OperationID] = where
+			if strings.TrimSpace(op.Summary) == "" {
+				t.Error("no summary")
+			}
+			if strings.TrimSpace(op.Description) == "" {
+				t.Error("no description")
+			}
+			if len(op.Tags) == 0 {
+				t.Error("no tags")
+			}
+			for _, p := range doc.Paths.Find(strings.SplitN(where, " ", 2)[1]).Parameters {
+				checkParameter(t, p.Value)
+			}
+			for _, p := range op.Parameters {
+				checkParameter(t, p.Value)
+			}
+			if op.RequestBody != nil {
+				for mime, mt := range op.RequestBody.Value.Content {
+					if mime != "application/json" {
+						t.Errorf("request body media type %s, want application/json only", mime)
+					}
+					if mt.Example == nil && len(mt.Examples) == 0 {
+						t.Errorf("request body %s has no example", mime)
+					}
+				}
+			}
+			if op.Responses.Len() == 0 {
+				t.Fatal("no responses")
+			}
+			for code, ref := range op.Responses.Map() {
+				checkResponse(t, code, ref.Value)
+			}
+		})
+	}
+}
+
+func checkParameter(t *testing.T, p *openapi3.Parameter) {
+	t.Helper()
+	if strings.TrimSpace(p.Description) == "" {
+		t.Errorf("parameter %s has no description", p.Name)
+	}
+	if p.Example == nil && len(p.Examples) == 0 {
+		t.Errorf("parameter %s has no example", p.Name)
+	}
+}
+
+func checkResponse(t *testing.T, code string, r *openapi3.Response) {
+	t.Helper()
+	status, err := strconv.Atoi(code)
+	if err != nil {
+		t.Errorf("response %s: want an explicit status code, not a range or default", code)
+		return
+	}
+	if r.Description == nil || strings.TrimSpace(*r.Description) == "" {
+		t.Errorf("response %d has no description", status)
+	}
+	if status == 204 {
+		if len(r.Content) != 0 {
+			t.Errorf("response 204 has content")
+		}
+		return
+	}
+	if len(r.Content) == 0 {
+		t.Errorf("response %d has no content", status)
+	}
+	for mime, mt := range r.Content {
+		if status >= 400 && mime != "application/problem+json" {
+			t.Errorf("response %d has media type %s, want application/problem+json", status, mime)
+		}
+		if status >= 400 && (mt.Schema == nil || mt.Schema.Ref != "#/components/schemas/Problem") {
+			t.Errorf("response %d: schema is not the Problem schema", status)
+		}
+		if mt.Example == nil && len(mt.Examples) == 0 {
+			t.Errorf("response %d %s has no example", status, mime)
+		}
+	}
+	for name, h := range r.Headers {
+		if h.Value.Example == nil && len(h.Value.Examples) == 0 {
+			t.Errorf("response %d header %s has no example", status, name)
+		}
+	}
+}
+
+func TestErrorResponsesAreProblems(t *testing.T) {
+	doc := load(t)
+	for name, ref := range doc.Components.Responses {
+		t.Run(name, func(t *testing.T) {
+			r := ref.Value
+			if len(r.Content) != 1 || r.Content.Get("application/problem+json") == nil {
+				t.Fatalf("content types %v, want application/problem+json only", slices.Collect(maps.Keys(r.Content)))
+			}
+			ex, ok := r.Content.Get("application/problem+json").Example.(map[string]any)
+			if !ok {
+				t.Fatal("no example problem")
+			}
+			if ex["status"] == nil || ex["title"] == nil || ex["type"] == nil {
+				t.Errorf("example %v lacks type, title or status", ex)
+			}
+		})
+	}
+}
+
+// TestSchemasAreStrict checks that every object schema closes its
+// properties and lists those it requires, so that SDKs and the validator
+// reject what the server would not understand.
+func TestSchemasAreStrict(t *testing.T) {
+	doc := load(t)
+	for name, ref := range doc.Components.Schemas {
+		s := ref.Value
+		if s.Example == nil {
+			t.Errorf("schema %s has no example", name)
+		}
+		if strings.TrimSpace(s.Description) == "" {
+			t.Errorf("schema %s has no description", name)
+		}
+		if !s.Type.Is("object") {
+			continue
+		}
+		if s.AdditionalProperties.Has == nil || *s.AdditionalProperties.Has {
+			t.Errorf("schema %s: want additionalProperties: false", name)
+		}
+		for prop, p := range s.Properties {
+			if p.Value.Type.Is("integer") && p.Value.Min == nil {
+				t.Errorf("schema %s: integer property %s has no minimum", name, prop)
+			}
+		}
+	}
+}
+
+func TestSecurity(t *testing.T) {
+	doc := load(t)
+	scheme := doc.Components.SecuritySchemes["bearerAuth"]
+	if scheme == nil || scheme.Value.Type != "http" || scheme.Value.Scheme != "bearer" {
+		t.Fatalf("bearerAuth: got %+v, want an http bearer scheme", scheme)
+	}
+	secured := map[string]bool{}
+	for _, op := range operations(doc) {
+		if op.Security != nil && len(*op.Security) > 0 {
+			secured[op.OperationID] = true
+			if _, ok := op.Responses.Map()["401"]; !ok {
+				t.Errorf("%s requires a token but documents no 401", op.OperationID)
+			}
+		}
+	}
+	want := map[string]bool{"putLimiter": true, "deleteLimiter": true}
+	if len(secured) != len(want) || !secured["putLimiter"] || !secured["deleteLimiter"] {
+		t.Errorf("secured operations: got %v, want %v", secured, want)
+	}
+}

@@ -1,0 +1,101 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
+	"github.com/ratelimiter/ratelimiter/internal/tenant"
+)
+
+// BenchmarkAcquireHTTP measures one acquire through the whole handler:
+// routing, validation, the strict server, telemetry, the memory store and
+// the JSON answer with its headers. Compare it with BenchmarkTrivialHTTP,
+// the least a net/http handler can do for the same request:
+//
+//	go test -run '^$' -bench 'HTTP' -benchmem -cpu 1 ./internal/httpapi
+func BenchmarkAcquireHTTP(b *testing.B) {
+	for _, bc := range []struct {
+		name      string
+		set       settings
+		telemetry bool
+	}{
+		{name: "fast"}, // production: hand validation of the hot path
+		{name: "kin", set: settings{kinEverywhere: true}}, // kin-openapi on the hot path too
+		{name: "fast+sdk", telemetry: true},               // SDK meter provider, 1% parent-based sampling
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			o := benchOptions(b)
+			if bc.telemetry {
+				o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+				o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))
+			}
+			h, err := newServer(o, bc.set)
+			if err != nil {
+				b.Fatal(err)
+			}
+			serve(b, h)
+		})
+	}
+}
+
+func benchOptions(b *testing.B) Options {
+	b.Helper()
+	limiters := limiter.NewService(memory.New(time.Now))
+	if _, err := limiters.Put(b.Context(), limiter.Definition{Name: "bench", Policy: limiter.Policy{Limit: limiter.MaxLimit, Period: time.Millisecond}}); err != nil {
+		b.Fatal(err)
+	}
+	tenants, err := tenant.New(tenant.Config{Policy: tenantPolicy}, time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return Options{Limiters: limiters, Tenants: tenants}
+}
+
+// BenchmarkTrivialHTTP is the baseline: net/http routing and encoding/json,
+// no validation, telemetry or state.
+func BenchmarkTrivialHTTP(b *testing.B) {
+	type request struct {
+		Permits int64 `json:"permits"`
+	}
+	type decision struct {
+		Allowed      bool  `json:"allowed"`
+		Permits      int64 `json:"permits"`
+		Remaining    int64 `json:"remaining"`
+		Limit        int64 `json:"limit"`
+		ResetAfterMS int64 `json:"reset_after_ms"`
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/limiters/{name}/acquire", func(w http.ResponseWriter, r *http.Request) {
+		var req request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(decision{Allowed: true, Permits: req.Permits, Remaining: 999, Limit: 1000, ResetAfterMS: 1})
+	})
+	serve(b, mux)
+}
+
+func serve(b *testing.B, h http.Handler) {
+	b.Helper()
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/v1/limiters/bench/acquire", strings.NewReader(`{"permits":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+	}
+}

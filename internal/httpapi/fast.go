@@ -1,0 +1,228 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// validateFast checks a request to a hot operation against the spec, as
+// kin-openapi would, without its cost: the path parameter, and the
+// AcquireRequest body. TestFastValidationAgreesWithSpec holds the two
+// together.
+func validateFast(op *operation, r *http.Request, b *body) *problem {
+	// Parameters are checked as sent, escaped, as kin-openapi does: no
+	// valid name or address needs escaping, and '%' is none of their
+	// characters.
+	switch op.fast {
+	case fastLimiter:
+		if msg := checkName(chi.URLParam(r, "name")); msg != "" {
+			return invalid("path.name", msg)
+		}
+	case fastTenant:
+		if msg := checkIP(chi.URLParam(r, "ip")); msg != "" {
+			return invalid("path.ip", msg)
+		}
+	}
+	if b == nil {
+		return nil
+	}
+	permits, p := checkAcquire(b.buf)
+	if p != nil {
+		return p
+	}
+	// Hand the generated handler the value just checked, as kin-openapi
+	// does, rather than have it decode the body again.
+	clear(b.value)
+	if permits != 0 {
+		b.value["permits"] = permits
+	}
+	r.Body = checkedBody{b}
+	return nil
+}
+
+// namePattern is the pattern of the LimiterName parameter.
+const namePattern = "^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+// checkName tells what is wrong with a limiter name, or "".
+func checkName(name string) string {
+	switch {
+	case name == "":
+		return "must be at least 1 character long"
+	case len(name) > limiter.MaxNameLen:
+		return fmt.Sprintf("must be at most %d characters long", limiter.MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '-')) {
+			return "must match the pattern " + namePattern
+		}
+	}
+	return ""
+}
+
+// ipPattern is the pattern of the TenantIP parameter; the tenant package
+// decides which such strings are addresses.
+const ipPattern = "^[0-9A-Fa-f:.]+$"
+
+// checkIP tells what is wrong with an IP address parameter, or "".
+func checkIP(ip string) string {
+	switch {
+	case len(ip) < 2:
+		return "must be at least 2 characters long"
+	case len(ip) > 45:
+		return "must be at most 45 characters long"
+	}
+	for i := 0; i < len(ip); i++ {
+		c := ip[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == ':' || c == '.') {
+			return "must match the pattern " + ipPattern
+		}
+	}
+	return ""
+}
+
+// checkAcquire checks an AcquireRequest body, which is valid JSON: an
+// object whose only member is "permits", an integer from 1 to
+// limiter.MaxLimit. It returns the permits, 0 when left out.
+func checkAcquire(data []byte) (int64, *problem) {
+	var p *problem
+	var permits int64
+	isObject := members(data, func(key, value []byte) bool {
+		switch {
+		case string(key) != "permits":
+			p = invalid("body."+string(key), "is not a known field")
+		case permits != 0:
+			p = invalid("body.permits", "appears more than once")
+		default:
+			var msg string
+			if permits, msg = checkPermits(value); msg != "" {
+				p = invalid("body.permits", msg)
+			}
+		}
+		return p == nil
+	})
+	if !isObject {
+		return 0, invalid("body", "must be an object")
+	}
+	return permits, p
+}
+
+// checkPermits reads the JSON value of permits, or tells what is wrong
+// with it.
+func checkPermits(v []byte) (int64, string) {
+	switch v[0] {
+	case 'n':
+		return 0, "must not be null"
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+	default:
+		return 0, "must be an integer"
+	}
+	neg := v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, "must be an integer" // a fraction or an exponent
+		}
+		if n <= limiter.MaxLimit {
+			n = n*10 + int64(c-'0')
+		}
+	}
+	switch {
+	case neg || n < 1:
+		return 0, "must be at least 1"
+	case n > limiter.MaxLimit:
+		return 0, fmt.Sprintf("must be at most %d", int64(limiter.MaxLimit))
+	}
+	return n, ""
+}
+
+// members calls fn with the name and raw value of each member of the JSON
+// object in data, in order, until fn returns false. data must be valid JSON
+// (json.Valid). It reports whether data is an object. The name is only
+// valid during the call.
+func members(data []byte, fn func(key, value []byte) bool) bool {
+	i := skipSpace(data, 0)
+	if data[i] != '{' {
+		return false
+	}
+	i = skipSpace(data, i+1)
+	if data[i] == '}' {
+		return true
+	}
+	for {
+		end := skipString(data, i)
+		key := data[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			var name string
+			_ = json.Unmarshal(data[i:end], &name) // valid JSON: cannot fail
+			key = []byte(name)
+		}
+		i = skipSpace(data, skipSpace(data, end)+1) // past the colon
+		end = skipValue(data, i)
+		if !fn(key, data[i:end]) {
+			return true
+		}
+		i = skipSpace(data, end)
+		if data[i] == '}' {
+			return true
+		}
+		i = skipSpace(data, i+1) // past the comma
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index past the string that starts at data[i].
+func skipString(data []byte, i int) int {
+	for i++; data[i] != '"'; i++ {
+		if data[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipValue returns the index past the value that starts at data[i].
+func skipValue(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for {
+			switch data[i] {
+			case '"':
+				i = skipString(data, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+	default:
+		for i < len(data) && !strings.ContainsRune(",}] \t\r\n", rune(data[i])) {
+			i++
+		}
+		return i
+	}
+}

@@ -1,0 +1,205 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ratelimiter/ratelimiter/client"
+)
+
+// TestFastValidationAgreesWithSpec sends the same requests to the hot
+// operations of two servers, one validating them by hand (as in
+// production) and one with kin-openapi against the spec, and checks that
+// both answer alike. It is what keeps validateFast faithful to the spec.
+func TestFastValidationAgreesWithSpec(t *testing.T) {
+	fast := newEnvWith(t, settings{}, nil)
+	spec := newEnvWith(t, settings{kinEverywhere: true}, nil)
+	for _, e := range []*env{fast, spec} {
+		e.put("seed", client.LimiterSpec{Limit: 1_000_000_000, Period: "1h"})
+	}
+
+	type request struct{ method, path, body string }
+	var reqs []request
+	for _, tc := range badInputs {
+		if tc.method == "" || tc.method == http.MethodPost || strings.Contains(tc.path, "/available") {
+			if tc.contentType != "" || tc.status == http.StatusRequestEntityTooLarge {
+				continue // checked before either validation
+			}
+			method, path := tc.method, tc.path
+			if method == "" {
+				method = http.MethodPost
+			}
+			if path == "" {
+				path = "/v1/limiters/seed/acquire"
+			}
+			reqs = append(reqs, request{method, path, tc.body})
+		}
+	}
+	// Valid bodies, and bodies at the edges.
+	for _, permits := range []string{
+		"1", "2", "1000000000", "1000000001", "0", "-0", "-1", "1.0", "1e0", "1E3", "10e-1", "0.5",
+		"9223372036854775807", "9223372036854775808", "-9223372036854775808", "123456789012345678901234567890",
+		"true", "false", "null", `"1"`, `""`, "[]", "[1]", "{}", `{"n":1}`,
+	} {
+		reqs = append(reqs, request{http.MethodPost, "/v1/limiters/seed/acquire", `{"permits":` + permits + `}`})
+	}
+	for _, body := range []string{
+		`{}`, ` { } `, "{\n\t\"permits\" :\r 7 }", `{"perm\u0069ts":2}`, `{"permits\u0000":2}`, `{"":1}`,
+		`{"permits":1,"":1}`, `{"x":{"permits":1}}`, `{"x":[1,"}"],"permits":1}`, `{"permits":2,"Permits":2}`,
+		`"permits"`, `true`, `[]`, `0`,
+	} {
+		reqs = append(reqs, request{http.MethodPost, "/v1/limiters/seed/acquire", body})
+	}
+	// Names and addresses, valid or not, random or at the edges.
+	names := []string{"seed", "a", "0", "a.b_c-d", strings.Repeat("z", 128), strings.Repeat("z", 129), "se%41d", "%73eed", "s%2Fd", "-", "a..", "A-"}
+	ips := []string{"203.0.113.7", "::", "::1", "1", "fe80::1", "2001:DB8::1", "1.2.3", "ffff", strings.Repeat("1", 45), "1.2.3.4%2F8", "g::1"}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "aZ09._-~:é/ %"
+	for range 200 {
+		var b strings.Builder
+		for range rnd.IntN(12) {
+			b.WriteRune([]rune(alphabet)[rnd.IntN(len([]rune(alphabet)))])
+		}
+		s := url.PathEscape(b.String())
+		if s == "" {
+			continue
+		}
+		names = append(names, s)
+		ips = append(ips, s)
+	}
+	for _, n := range names {
+		reqs = append(reqs, request{http.MethodPost, "/v1/limiters/" + n + "/acquire", ""}, request{http.MethodGet, "/v1/limiters/" + n + "/available", ""})
+	}
+	for _, ip := range ips {
+		reqs = append(reqs, request{http.MethodPost, "/v1/tenants/" + ip + "/acquire", `{"permits":1}`}, request{http.MethodGet, "/v1/tenants/" + ip + "/available", ""})
+	}
+
+	for _, r := range reqs {
+		ct := ""
+		if r.body != "" {
+			ct = "application/json"
+		}
+		fres, fbody := fast.raw(r.method, r.path, ct, r.body)
+		sres, sbody := spec.raw(r.method, r.path, ct, r.body)
+		if fres.StatusCode != sres.StatusCode {
+			t.Errorf("%s %s %s: fast validation answered %d %s, the spec %d %s", r.method, r.path, r.body, fres.StatusCode, fbody, sres.StatusCode, sbody)
+			continue
+		}
+		if fres.StatusCode != http.StatusBadRequest {
+			continue
+		}
+		var fp, sp client.Problem
+		if json.Unmarshal(fbody, &fp) != nil || json.Unmarshal(sbody, &sp) != nil || fp.Errors == nil || sp.Errors == nil {
+			t.Errorf("%s %s %s: problems without field errors: %s / %s", r.method, r.path, r.body, fbody, sbody)
+			continue
+		}
+		// The fast validation stops at the first error; the spec's finds all.
+		if first := (*fp.Errors)[0]; !slices.Contains(fieldLocations(sp), first.Location) {
+			t.Errorf("%s %s %s: fast validation blames %s, the spec %v", r.method, r.path, r.body, first.Location, fieldLocations(sp))
+		}
+	}
+	if got, want := fast.available("seed"), spec.available("seed"); got != want {
+		t.Errorf("available: fast validation left %d, the spec %d", got, want)
+	}
+}
+
+// acquireModel is the obviously-correct reading of an AcquireRequest body:
+// encoding/json's tokens, checked one by one.
+func acquireModel(data []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return false
+	}
+	seen := false
+	for dec.More() {
+		key, _ := dec.Token()
+		if key != "permits" || seen {
+			return false
+		}
+		seen = true
+		v, err := dec.Token()
+		n, ok := v.(json.Number)
+		if err != nil || !ok || strings.ContainsAny(string(n), ".eE") {
+			return false
+		}
+		var i int64
+		if _, err := fmt.Sscan(string(n), &i); err != nil || i < 1 || i > 1_000_000_000 {
+			return false
+		}
+	}
+	return true
+}
+
+func FuzzCheckAcquire(f *testing.F) {
+	for _, s := range []string{`{}`, `{"permits":1}`, `{"permits":1e3}`, `{"perm\u0069ts":2}`, `{"permits":1,"permits":1}`, `[]`, `{"a":{"b":[1,{"c":"}"}]}}`, `{"permits":-0}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return
+		}
+		_, p := checkAcquire(data)
+		got := p == nil
+		if want := acquireModel(data); got != want {
+			t.Errorf("checkAcquire(%s): accepted %v, want %v", data, got, want)
+		}
+	})
+}
+
+func TestMembers(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		obj  bool
+	}{
+		{in: `{}`, obj: true},
+		{in: ` {"a" : 1 , "b":"x,}"} `, want: []string{"a=1", `b="x,}"`}, obj: true},
+		{in: `{"a\"b":[1,{"c":"]"}],"d":{"e":{}}}`, want: []string{`a"b=[1,{"c":"]"}]`, `d={"e":{}}`}, obj: true},
+		{in: `{"\u0070":null,"q":true}`, want: []string{"p=null", "q=true"}, obj: true},
+		{in: `[1]`},
+		{in: `"{}"`},
+	} {
+		var got []string
+		obj := members([]byte(tc.in), func(k, v []byte) bool {
+			got = append(got, string(k)+"="+string(v))
+			return true
+		})
+		if obj != tc.obj || !slices.Equal(got, tc.want) {
+			t.Errorf("members(%s): got %v %v, want %v %v", tc.in, obj, got, tc.obj, tc.want)
+		}
+	}
+}
+
+func TestHeaderValues(t *testing.T) {
+	for _, tc := range []struct {
+		got, want string
+	}{
+		{policyHeader("a", 0, 5), `"a";q=5`},
+		{policyHeader("a", 1, 5), `"a";q=5;w=1`},
+		{policyHeader("a", 3600e9, 5), `"a";q=5;w=3600`},
+		{policyHeader("a", 3600e9+1, 5), `"a";q=5;w=3601`},
+		{policyHeader(`q"\`, 1e9, 5), `"q\"\\";q=5;w=1`},
+		{rateLimitHeader("a", 0, 0), `"a";r=0;t=0`},
+		{rateLimitHeader("a", 3, 1), `"a";r=3;t=1`},
+		{rateLimitHeader("a", 3, 2e9), `"a";r=3;t=2`},
+		{fmt.Sprint(millis(1)), "1"},
+		{fmt.Sprint(millis(1e6)), "1"},
+		{fmt.Sprint(millis(1e6 + 1)), "2"},
+		{fmt.Sprint(millis(1<<63 - 1)), "9223372036855"},
+		{fmt.Sprint(*retryAfter(1)), "1"},
+		{fmt.Sprint(*retryAfter(1e9 + 1)), "2"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %s, want %s", tc.got, tc.want)
+		}
+	}
+}

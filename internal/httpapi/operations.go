@@ -1,0 +1,136 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// operation is what the server knows of one operation of the spec. It is
+// built once by New and read-only afterwards.
+type operation struct {
+	id      string
+	method  string
+	route   string // the spec's path template, which is chi's route pattern too
+	example string // a path the route matches, to check the routing
+	admin   bool   // requires the admin token when one is configured
+	body    bool   // declares a request body
+	fast    fastKind
+	traced  bool // gets a server span (health probes don't)
+
+	startOpts []trace.SpanStartOption
+	durations map[int][]metric.RecordOption // by status code
+	attrs     []attribute.KeyValue          // duration attributes but the status
+}
+
+// fastKind names the hand-written validator of a hot operation; see
+// validateFast. Every other operation is validated by kin-openapi.
+type fastKind uint8
+
+const (
+	fastNone    fastKind = iota
+	fastLimiter          // a limiter name in the path
+	fastTenant           // an IP address in the path
+)
+
+// fastOperations are the hot operations. kin-openapi nearly doubles what
+// the handler spends on one of them (BenchmarkAcquireHTTP, fast against
+// kin), so they are validated by hand instead, and
+// TestFastValidationAgreesWithSpec checks that both validations agree.
+var fastOperations = map[string]fastKind{
+	"acquire":            fastLimiter,
+	"getAvailable":       fastLimiter,
+	"acquireTenant":      fastTenant,
+	"getTenantAvailable": fastTenant,
+}
+
+// untraced operations get no server span: probes would drown the traces.
+var untraced = map[string]bool{"getLiveness": true, "getReadiness": true}
+
+// paramInfo tells how to report a parameter the generated code cannot bind.
+type paramInfo struct {
+	in   string
+	want string // what a valid value looks like
+}
+
+// operations indexes the operations of doc by route and method, and by id,
+// and describes its parameters.
+func operations(doc *openapi3.T, tel *telemetry, set settings) (map[string]map[string]*operation, map[string]*operation, map[string]paramInfo) {
+	byRoute := make(map[string]map[string]*operation)
+	byID := make(map[string]*operation)
+	params := make(map[string]paramInfo)
+	describe := func(ps openapi3.Parameters) {
+		for _, p := range ps {
+			params[p.Value.Name] = paramInfo{in: p.Value.In, want: expectation(p.Value.Schema.Value)}
+		}
+	}
+	for route, item := range doc.Paths.Map() {
+		describe(item.Parameters)
+		for method, o := range item.Operations() {
+			describe(o.Parameters)
+			op := &operation{
+				id:      o.OperationID,
+				method:  method,
+				route:   route,
+				example: examplePath(route),
+				admin:   o.Security != nil && len(*o.Security) > 0,
+				body:    o.RequestBody != nil,
+				traced:  !untraced[o.OperationID],
+			}
+			if !set.kinEverywhere {
+				op.fast = fastOperations[o.OperationID]
+			}
+			tel.prepare(op)
+			if byRoute[route] == nil {
+				byRoute[route] = make(map[string]*operation)
+			}
+			byRoute[route][method] = op
+			byID[op.id] = op
+		}
+	}
+	return byRoute, byID, params
+}
+
+// expectation describes the values a schema accepts, for error messages.
+func expectation(s *openapi3.Schema) string {
+	switch {
+	case s.Type.Is("integer") && s.Min != nil && s.Max != nil:
+		return fmt.Sprintf("must be an integer from %d to %d", int64(*s.Min), int64(*s.Max))
+	case s.Type.Is("integer"):
+		return "must be an integer"
+	default:
+		return "is invalid"
+	}
+}
+
+// examplePath fills the parameters of a route with valid values.
+func examplePath(route string) string {
+	return strings.NewReplacer("{name}", "x", "{ip}", "192.0.2.1").Replace(route)
+}
+
+// operationOf returns the operation chi routed r to, or nil.
+func (s *server) operationOf(r *http.Request) *operation {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return nil
+	}
+	return s.ops[rctx.RoutePattern()][r.Method]
+}
+
+// pathParam returns the unescaped value of a path parameter.
+func pathParam(r *http.Request, name string) string {
+	v := chi.URLParam(r, name)
+	if r.URL.RawPath != "" {
+		if u, err := url.PathUnescape(v); err == nil {
+			return u
+		}
+	}
+	return v
+}

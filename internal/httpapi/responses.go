@@ -1,0 +1,151 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/ratelimiter/ratelimiter/internal/gen"
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// The answers of the hot operations are written by hand rather than by the
+// generated Visit methods, which spend a dozen allocations and reflection
+// on every answer (json.Encoder, fmt.Sprint, header canonicalization).
+// TestHandWrittenAnswersMatchGenerated checks that both write the same
+// bytes, so the answers stay those of the spec.
+
+var (
+	_ gen.AcquireResponseObject            = (*decisionAnswer)(nil)
+	_ gen.AcquireTenantResponseObject      = (*decisionAnswer)(nil)
+	_ gen.GetAvailableResponseObject       = (*availabilityAnswer)(nil)
+	_ gen.GetTenantAvailableResponseObject = (*availabilityAnswer)(nil)
+)
+
+// Canonical header keys, and a shared Content-Type value: net/http only
+// reads header values.
+const (
+	hdrPolicy     = "Ratelimit-Policy" // RateLimit-Policy
+	hdrRateLimit  = "Ratelimit"        // RateLimit
+	hdrRetryAfter = "Retry-After"
+)
+
+var contentTypeJSON = []string{"application/json"}
+
+// decisionAnswer is the 200 answer of acquire, and of acquireTenant when
+// tenant is set.
+type decisionAnswer struct {
+	tenant    string
+	isTenant  bool
+	d         limiter.Decision
+	policy    string // RateLimit-Policy
+	rateLimit string // RateLimit
+}
+
+func (a *decisionAnswer) VisitAcquireResponse(w http.ResponseWriter) error       { return a.write(w) }
+func (a *decisionAnswer) VisitAcquireTenantResponse(w http.ResponseWriter) error { return a.write(w) }
+
+func (a *decisionAnswer) write(w http.ResponseWriter) error {
+	d := a.d
+	retry := !d.Allowed && !d.ExceedsCapacity && d.RetryAfter > 0
+	buf := buffers.Get().(*[]byte)
+	defer buffers.Put(buf)
+	b := append((*buf)[:0], `{"allowed":`...)
+	b = strconv.AppendBool(b, d.Allowed)
+	b = append(b, `,"exceeds_capacity":`...)
+	b = strconv.AppendBool(b, d.ExceedsCapacity)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, d.Limit, 10)
+	b = append(b, `,"permits":`...)
+	b = strconv.AppendInt(b, d.Permits, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, d.Remaining, 10)
+	b = append(b, `,"reset_after_ms":`...)
+	b = strconv.AppendInt(b, millis(d.ResetAfter), 10)
+	if retry {
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, millis(d.RetryAfter), 10)
+	}
+	if a.isTenant {
+		b = append(b, `,"tenant":`...)
+		b = appendJSONString(b, a.tenant)
+	}
+	b = append(b, "}\n"...)
+	*buf = b
+
+	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	vals := make([]string, 3)
+	vals[0], vals[1] = a.rateLimit, a.policy
+	h[hdrRateLimit] = vals[0:1:1]
+	h[hdrPolicy] = vals[1:2:2]
+	if retry {
+		vals[2] = strconv.FormatInt(*retryAfter(d.RetryAfter), 10)
+		h[hdrRetryAfter] = vals[2:3:3]
+	}
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(b)
+	return err
+}
+
+// availabilityAnswer is the 200 answer of getAvailable, and of
+// getTenantAvailable when tenant is set.
+type availabilityAnswer struct {
+	tenant    string
+	isTenant  bool
+	a         limiter.Availability
+	policy    string
+	rateLimit string
+}
+
+func (a *availabilityAnswer) VisitGetAvailableResponse(w http.ResponseWriter) error {
+	return a.write(w)
+}
+
+func (a *availabilityAnswer) VisitGetTenantAvailableResponse(w http.ResponseWriter) error {
+	return a.write(w)
+}
+
+func (a *availabilityAnswer) write(w http.ResponseWriter) error {
+	buf := buffers.Get().(*[]byte)
+	defer buffers.Put(buf)
+	b := append((*buf)[:0], `{"limit":`...)
+	b = strconv.AppendInt(b, a.a.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, a.a.Remaining, 10)
+	b = append(b, `,"reset_after_ms":`...)
+	b = strconv.AppendInt(b, millis(a.a.ResetAfter), 10)
+	if a.isTenant {
+		b = append(b, `,"tenant":`...)
+		b = appendJSONString(b, a.tenant)
+	}
+	b = append(b, "}\n"...)
+	*buf = b
+
+	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	vals := make([]string, 2)
+	vals[0], vals[1] = a.rateLimit, a.policy
+	h[hdrRateLimit] = vals[0:1:1]
+	h[hdrPolicy] = vals[1:2:2]
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(b)
+	return err
+}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// appendJSONString appends s as encoding/json writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c >= utf8.RuneSelf {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}

@@ -1,0 +1,253 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ratelimiter/ratelimiter/internal/gen"
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+const scope = "github.com/ratelimiter/ratelimiter/internal/httpapi"
+
+// Attribute keys: OpenTelemetry's HTTP semantic conventions, and the
+// labels of the decision counters.
+const (
+	keyMethod    = attribute.Key("http.request.method")
+	keyRoute     = attribute.Key("http.route")
+	keyStatus    = attribute.Key("http.response.status_code")
+	keyOperation = attribute.Key("ratelimiter.operation")
+	keyLimiter   = attribute.Key("limiter")
+	keyResult    = attribute.Key("result")
+)
+
+// tenantLimiter is the limiter label of per-IP decisions.
+const tenantLimiter = "tenant"
+
+// commonStatuses get their duration attributes computed once per operation.
+var commonStatuses = []int{200, 201, 204, 400, 401, 404, 405, 413, 415, 500, 503}
+
+// maxLimiterLabels bounds the decision attributes cached by limiter name.
+// Names past it still get counted; their attributes are built per call.
+const maxLimiterLabels = 10_000
+
+// telemetry holds the instruments of the API. Attribute sets are computed
+// ahead of time so that recording allocates nothing.
+type telemetry struct {
+	tracer    trace.Tracer
+	duration  metric.Float64Histogram
+	decisions metric.Int64Counter
+	permits   metric.Int64Counter
+
+	labels     sync.Map // limiter name -> *decisionOpts
+	labelCount atomic.Int64
+}
+
+// decisionOpts are the measurement options of one limiter label.
+type decisionOpts struct {
+	allowed, denied        []metric.AddOption // ratelimiter.decisions
+	granted, deniedPermits []metric.AddOption // ratelimiter.permits
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
+	m := mp.Meter(scope)
+	t := &telemetry{tracer: tp.Tracer(scope)}
+	var err error
+	t.duration, err = m.Float64Histogram("http.server.request.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Duration of HTTP server requests."),
+		// Decisions take tens of microseconds: the default buckets, which
+		// start at 5 ms, would put them all in the first one.
+		metric.WithExplicitBucketBoundaries(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: create http.server.request.duration: %w", err)
+	}
+	t.decisions, err = m.Int64Counter("ratelimiter.decisions",
+		metric.WithUnit("{decision}"),
+		metric.WithDescription("Acquisitions decided, by limiter (the limiter's name, or tenant for per-IP limits) and result (allowed or denied)."))
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: create ratelimiter.decisions: %w", err)
+	}
+	t.permits, err = m.Int64Counter("ratelimiter.permits",
+		metric.WithUnit("{permit}"),
+		metric.WithDescription("Permits asked for, by limiter and result (granted or denied)."))
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: create ratelimiter.permits: %w", err)
+	}
+	return t, nil
+}
+
+// prepare computes the span options and duration attributes of op.
+func (t *telemetry) prepare(op *operation) {
+	op.attrs = []attribute.KeyValue{keyMethod.String(op.method), keyRoute.String(op.route), keyOperation.String(op.id)}
+	op.startOpts = []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(keyMethod.String(op.method), keyRoute.String(op.route)),
+	}
+	op.durations = make(map[int][]metric.RecordOption, len(commonStatuses))
+	for _, status := range commonStatuses {
+		op.durations[status] = op.durationOpts(status)
+	}
+}
+
+func (op *operation) durationOpts(status int) []metric.RecordOption {
+	attrs := append(append([]attribute.KeyValue(nil), op.attrs...), keyStatus.Int(status))
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
+}
+
+// decided counts one decision of the limiter labelled name.
+func (t *telemetry) decided(ctx context.Context, name string, d limiter.Decision) {
+	opts := t.decisionOpts(name)
+	if d.Allowed {
+		t.decisions.Add(ctx, 1, opts.allowed...)
+		t.permits.Add(ctx, d.Permits, opts.granted...)
+		return
+	}
+	t.decisions.Add(ctx, 1, opts.denied...)
+	t.permits.Add(ctx, d.Permits, opts.deniedPermits...)
+}
+
+func (t *telemetry) decisionOpts(name string) *decisionOpts {
+	if v, ok := t.labels.Load(name); ok {
+		return v.(*decisionOpts)
+	}
+	set := func(result string) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(keyLimiter.String(name), keyResult.String(result)))}
+	}
+	opts := &decisionOpts{allowed: set("allowed"), denied: set("denied"), granted: set("granted"), deniedPermits: set("denied")}
+	if t.labelCount.Load() < maxLimiterLabels {
+		if v, loaded := t.labels.LoadOrStore(name, opts); loaded {
+			return v.(*decisionOpts)
+		}
+		t.labelCount.Add(1)
+	}
+	return opts
+}
+
+// recorder sees what a request's handlers write, for observe.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	op     *operation // set by admit once chi has routed the request
+	span   trace.Span // set by startSpan
+}
+
+var recorders = sync.Pool{New: func() any { return new(recorder) }}
+
+func (rec *recorder) WriteHeader(status int) {
+	if rec.status == 0 {
+		rec.status = status
+	}
+	rec.ResponseWriter.WriteHeader(status)
+}
+
+func (rec *recorder) Write(p []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	return rec.ResponseWriter.Write(p)
+}
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// observe measures, traces and logs every request, and answers a panic
+// with a 500 problem.
+func (s *server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := recorders.Get().(*recorder)
+		*rec = recorder{ResponseWriter: w}
+		start := time.Now()
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.ErrorContext(r.Context(), "panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				if rec.status == 0 {
+					s.writeProblem(rec, r, &problem{status: http.StatusInternalServerError, detail: "internal error"})
+				}
+			}
+			s.finish(rec, r, time.Since(start))
+			*rec = recorder{}
+			recorders.Put(rec)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// finish records what observe saw of a request.
+func (s *server) finish(rec *recorder, r *http.Request, elapsed time.Duration) {
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK // net/http's answer when nothing was written
+	}
+	ctx := r.Context()
+	if span := rec.span; span != nil {
+		if span.IsRecording() {
+			span.SetAttributes(keyStatus.Int(status))
+			if status >= 500 {
+				span.SetStatus(codes.Error, http.StatusText(status))
+			}
+		}
+		span.End()
+	}
+	op := rec.op
+	if op != nil {
+		opts, ok := op.durations[status]
+		if !ok {
+			opts = op.durationOpts(status)
+		}
+		s.tel.duration.Record(ctx, elapsed.Seconds(), opts...)
+	}
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		id := ""
+		if op != nil {
+			id = op.id
+		}
+		s.log.LogAttrs(ctx, slog.LevelDebug, "request",
+			slog.String("operation", id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", status), slog.Duration("duration", elapsed))
+	}
+}
+
+// startSpan is the strict middleware that starts the server span of an
+// operation, named by its operationId, as a child of the W3C trace context
+// the request carries. The handler gets the span's context, so the
+// domain's spans nest under it; observe ends it once the answer is written.
+func (s *server) startSpan(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
+		rec, _ := w.(*recorder)
+		var op *operation
+		if rec != nil {
+			op = rec.op
+		}
+		if op == nil {
+			op = s.byID[operationID]
+		}
+		if op == nil || !op.traced {
+			return f(ctx, w, r, request)
+		}
+		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
+		ctx, span := s.tel.tracer.Start(ctx, op.id, op.startOpts...)
+		if rec == nil {
+			defer span.End()
+		} else {
+			rec.span = span
+		}
+		return f(ctx, w, r, request)
+	}
+}
