@@ -184,6 +184,9 @@ func (t *Telemetry) setupMetrics(res *resource.Resource, logger *slog.Logger) er
 	exp, err := otelprom.New(
 		otelprom.WithRegisterer(reg),
 		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
+		// Every series comes from this service: scope labels on each of
+		// them would only add noise and cardinality.
+		otelprom.WithoutScopeInfo(),
 	)
 	if err != nil {
 		return fmt.Errorf("telemetry: prometheus exporter: %w", err)
