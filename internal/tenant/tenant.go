@@ -1,11 +1,20 @@
 // Package tenant enforces one limit per requester IP address, built on the
 // limiter package, and answers which tenants are closest to being cut off.
+//
+// A tenant is what one requester is counted as: an IPv4 address, or the
+// IPv6 prefix (a /64 by default) that contains the requester's address. Every
+// tenant gets its own bucket under one shared policy (Config.Policy). A tenant
+// whose bucket is full is indistinguishable from one never seen, so the
+// Registry forgets it; it only remembers tenants that have taken permits
+// recently, and never more than Config.MaxTenants of them.
+//
+// Registry.Lowest lists the tenants with the fewest permits left. Under GCRA
+// it reads an index kept up to date by every acquisition and costs
+// O(log n + k) per shard visited, whatever the number n of tenants; under the
+// sliding log it scans every tenant (see Registry.Lowest).
 package tenant
 
-// NOTE: skeleton of the public API; the implementation replaces the bodies.
-
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -15,55 +24,123 @@ import (
 // MaxLowest is the largest k Lowest accepts.
 const MaxLowest = 1000
 
-// Errors returned by a Registry.
-var (
-	ErrInvalidIP = errors.New("invalid IP address")
-	ErrInvalidK  = errors.New("invalid number of tenants")
+// Defaults and bounds of a Config.
+const (
+	// DefaultIPv6Prefix is the IPv6 prefix length a zero Config.IPv6Prefix
+	// stands for.
+	DefaultIPv6Prefix = 64
+	// MaxIPv6Prefix is the finest IPv6 aggregation a Config accepts; see
+	// Config.IPv6Prefix for why it is /64.
+	MaxIPv6Prefix = 64
+	// DefaultMaxTenants is the bound a zero Config.MaxTenants stands for.
+	DefaultMaxTenants = 1_000_000
 )
 
-// Config is the per-IP policy and the registry's bounds.
+// Errors returned by a Registry. Wrapped errors keep them matchable with
+// errors.Is; invalid permit counts wrap limiter.ErrInvalidPermits and invalid
+// policies limiter.ErrInvalidPolicy.
+var (
+	// ErrInvalidIP reports an address that cannot name a tenant: empty,
+	// malformed, carrying a zone ("fe80::1%eth0"), unspecified ("0.0.0.0",
+	// "::") or multicast, none of which is ever the source of a request.
+	ErrInvalidIP = errors.New("invalid IP address")
+	// ErrInvalidK reports a Lowest count outside 1..MaxLowest.
+	ErrInvalidK = errors.New("invalid number of tenants")
+	// ErrInvalidConfig reports a Config that New refuses.
+	ErrInvalidConfig = errors.New("invalid tenant configuration")
+)
+
+// Config is the per-IP policy and the registry's bounds. The zero value of
+// each bound stands for its default; the Policy has no default.
 type Config struct {
-	Policy     limiter.Policy
-	IPv6Prefix int // 1..64, default 64
-	MaxTenants int // default 1_000_000
+	// Policy is the limit every tenant gets: GCRA (the default algorithm)
+	// or SlidingLog. It must be valid (see limiter.Policy.Validate).
+	Policy limiter.Policy
+
+	// IPv6Prefix is how many leading bits of an IPv6 address name its
+	// tenant, from 1 to MaxIPv6Prefix; 0 means DefaultIPv6Prefix. All
+	// addresses of one prefix share one bucket.
+	//
+	// Finer than /64 is refused: a subscriber is handed at least a /64
+	// (RFC 6177), and hosts pick their low 64 bits freely (SLAAC privacy
+	// addresses change them at will), so a key finer than /64 would let one
+	// client appear as up to 2^64 tenants and walk around its limit. It also
+	// keeps every tenant's key within 64 bits.
+	IPv6Prefix int
+
+	// MaxTenants bounds how many tenants are remembered at once, from 1 up;
+	// 0 means DefaultMaxTenants. Memory grows with the tenants remembered,
+	// never beyond this bound.
+	//
+	// When a tenant not yet remembered takes permits while the registry
+	// holds MaxTenants tenants, room is made without ever freeing a tenant
+	// that is currently limited:
+	//
+	//  1. a tenant whose bucket is full again is dropped (forgetting it
+	//     changes nothing);
+	//  2. otherwise the tenant with the most permits left is evicted, if it
+	//     has at least one: it starts again from a full bucket, which
+	//     forgives it at most what it has not yet used. Under GCRA this is
+	//     the tenant with the earliest TAT; under the sliding log, the one
+	//     whose log empties first;
+	//  3. otherwise the newcomer is denied without being remembered
+	//     (Decision.RegistryFull), with RetryAfter set to when that tenant
+	//     regains a permit and so can be evicted.
+	//
+	// So an attacker spraying requests from random addresses can neither
+	// exhaust memory nor free a limited tenant: under GCRA, step 3 happens
+	// only when every remembered tenant is limited. (Under the sliding log a
+	// newcomer may be denied while some tenant other than the one whose log
+	// empties first still has permits: the rule errs on the side of
+	// denying.)
+	MaxTenants int
 }
 
 // Decision is the answer to a tenant's acquisition.
 type Decision struct {
-	Tenant string // the normalized tenant: "203.0.113.7" or "2001:db8:1:2::/64"
+	// Tenant is the normalized tenant the address counts as:
+	// "203.0.113.7" for IPv4 (IPv4-mapped IPv6 included) and the prefix,
+	// such as "2001:db8:1:2::/64", for IPv6.
+	Tenant string
 	limiter.Decision
+	// RegistryFull reports a denial of a tenant that was not remembered,
+	// made because the registry holds MaxTenants tenants that are all
+	// limited (see Config.MaxTenants). Remaining is then 0, and RetryAfter
+	// and ResetAfter say when room can be made.
+	RegistryFull bool
 }
 
-// Availability is what a tenant could take now.
+// Availability is what a tenant could take now. A tenant the registry does
+// not remember has a full bucket.
 type Availability struct {
+	// Tenant is the normalized tenant, as in Decision.Tenant.
 	Tenant string
 	limiter.Availability
 }
 
-// Entry is one tenant in a Lowest answer.
+// Entry is one tenant in a Lowest answer, as seen at the instant of the call.
 type Entry struct {
-	Tenant     string
-	Remaining  int64
-	Limit      int64
+	// Tenant is the normalized tenant, as in Decision.Tenant.
+	Tenant string
+	// Remaining is how many permits the tenant could take at once.
+	Remaining int64
+	// Limit is the policy's Limit.
+	Limit int64
+	// ResetAfter is how long until the tenant's bucket is full again if it
+	// takes nothing meanwhile; it is always positive.
 	ResetAfter time.Duration
 }
 
-// Stats counts what a Registry holds.
+// Stats counts what a Registry holds, for gauges. Counts are read shard by
+// shard, so under concurrent acquisitions they are not one snapshot.
 type Stats struct {
-	Tenants      int // tenants tracked
-	IndexEntries int // entries of the lowest-capacity index
+	// Tenants is the number of tenants remembered, at most
+	// Config.MaxTenants. It may include tenants whose bucket has become
+	// full and which have not yet been dropped.
+	Tenants int
+	// IndexEntries is the number of entries held by the lowest-capacity
+	// index: one per tenant, plus under GCRA the entries of dropped tenants
+	// not yet reclaimed (they are reclaimed in bulk when the table is
+	// rebuilt). Memory is proportional to it.
+	IndexEntries int
 }
-
-// Registry is the per-IP limiter.
-type Registry struct{}
-
-func New(cfg Config, now func() time.Time) (*Registry, error) { return &Registry{}, nil }
-func (r *Registry) Policy() limiter.Policy                    { return limiter.Policy{} }
-func (r *Registry) Acquire(ctx context.Context, ip string, permits int64) (Decision, error) {
-	return Decision{}, nil
-}
-func (r *Registry) Available(ctx context.Context, ip string) (Availability, error) {
-	return Availability{}, nil
-}
-func (r *Registry) Lowest(ctx context.Context, k int) ([]Entry, error) { return nil, nil }
-func (r *Registry) Stats() Stats                                       { return Stats{} }

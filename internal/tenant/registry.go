@@ -1,0 +1,250 @@
+package tenant
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// Registry keeps one limiter per tenant under a shared policy. It is safe for
+// concurrent use: tenants are spread over shards by a keyed hash of their
+// address, so acquisitions by different tenants rarely wait for each other.
+// The zero value is not usable; see New.
+type Registry struct {
+	policy limiter.Policy
+	bits   int // IPv6 prefix length
+	now    func() time.Time
+	tracer trace.Tracer
+	store  store
+}
+
+// store is what a Registry needs from the table of one algorithm. Times are
+// nanoseconds since the Unix epoch; keys are made by parseKey.
+type store interface {
+	// acquire takes n permits (1 <= n <= MaxLimit) from the tenant and
+	// reports whether a denial is due to a registry full of limited tenants.
+	acquire(key uint64, now, n int64) (d limiter.Decision, registryFull bool)
+	available(key uint64, now int64) limiter.Availability
+	// lowest returns up to k tenants, fewest permits left first.
+	lowest(ctx context.Context, now int64, k int) ([]ranked, error)
+	stats() Stats
+}
+
+// ranked is one tenant of a lowest answer.
+type ranked struct {
+	key uint64
+	av  limiter.Availability
+}
+
+// New returns an empty Registry for cfg that reads the time from now
+// (time.Now when nil). It reports an error wrapping limiter.ErrInvalidPolicy
+// for an invalid cfg.Policy and ErrInvalidConfig for an out-of-range bound.
+func New(cfg Config, now func() time.Time) (*Registry, error) {
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("tenant: new: %w", err)
+	}
+	if cfg.IPv6Prefix == 0 {
+		cfg.IPv6Prefix = DefaultIPv6Prefix
+	}
+	if cfg.IPv6Prefix < 1 || cfg.IPv6Prefix > MaxIPv6Prefix {
+		return nil, fmt.Errorf("tenant: new: %w: IPv6 prefix must be between 1 and %d, got %d", ErrInvalidConfig, MaxIPv6Prefix, cfg.IPv6Prefix)
+	}
+	if cfg.MaxTenants == 0 {
+		cfg.MaxTenants = DefaultMaxTenants
+	}
+	if cfg.MaxTenants < 1 {
+		return nil, fmt.Errorf("tenant: new: %w: max tenants must be at least 1, got %d", ErrInvalidConfig, cfg.MaxTenants)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	p := cfg.Policy.Normalize()
+	r := &Registry{
+		policy: p,
+		bits:   cfg.IPv6Prefix,
+		now:    now,
+		tracer: otel.Tracer("github.com/ratelimiter/ratelimiter/internal/tenant"),
+	}
+	if p.Algorithm == limiter.GCRA {
+		r.store = newGCRAStore(p, int64(cfg.MaxTenants))
+	} else {
+		r.store = newLogStore(p, int64(cfg.MaxTenants))
+	}
+	return r, nil
+}
+
+// Policy returns the per-tenant policy with its defaults filled in.
+func (r *Registry) Policy() limiter.Policy { return r.policy }
+
+// Tenant returns the normalized tenant that address ip counts as (see
+// Normalize), or an error wrapping ErrInvalidIP.
+func (r *Registry) Tenant(ip string) (string, error) {
+	k, err := parseKey(ip, r.bits)
+	if err != nil {
+		return "", fmt.Errorf("tenant: %w", err)
+	}
+	return formatKey(k, r.bits), nil
+}
+
+// Acquire takes permits from the tenant that address ip counts as, all or
+// nothing, at the registry's current time. A denial records nothing.
+//
+// permits must be from 1 to limiter.MaxLimit, otherwise the error wraps
+// limiter.ErrInvalidPermits; an invalid ip gives an error wrapping
+// ErrInvalidIP. Either way nothing changes. A count above the policy's
+// capacity is valid and denied with ExceedsCapacity.
+//
+// A tenant the registry does not remember starts from a full bucket; when
+// the registry already holds Config.MaxTenants tenants, room is made as
+// Config.MaxTenants describes, or the tenant is denied with RegistryFull.
+func (r *Registry) Acquire(ctx context.Context, ip string, permits int64) (d Decision, err error) {
+	_, span := r.tracer.Start(ctx, "tenant.Acquire")
+	defer func() {
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(
+				attribute.String("ratelimiter.tenant", d.Tenant),
+				attribute.Int64("ratelimiter.permits", permits),
+				attribute.Bool("ratelimiter.allowed", d.Allowed),
+				attribute.Int64("ratelimiter.remaining", d.Remaining),
+			)
+		}
+		end(span, err)
+	}()
+	if err := limiter.CheckPermits(permits); err != nil {
+		return Decision{}, fmt.Errorf("tenant: acquire %s: %w", quoteIP(ip), err)
+	}
+	k, err := parseKey(ip, r.bits)
+	if err != nil {
+		return Decision{}, fmt.Errorf("tenant: acquire %s: %w", quoteIP(ip), err)
+	}
+	ld, full := r.store.acquire(k, limiter.Nanos(r.now()), permits)
+	return Decision{Tenant: formatKey(k, r.bits), Decision: ld, RegistryFull: full}, nil
+}
+
+// Available reports what the tenant that address ip counts as could take
+// now, without taking anything. A tenant the registry does not remember has
+// a full bucket. An invalid ip gives an error wrapping ErrInvalidIP.
+func (r *Registry) Available(ctx context.Context, ip string) (a Availability, err error) {
+	_, span := r.tracer.Start(ctx, "tenant.Available")
+	defer func() {
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(
+				attribute.String("ratelimiter.tenant", a.Tenant),
+				attribute.Int64("ratelimiter.remaining", a.Remaining),
+			)
+		}
+		end(span, err)
+	}()
+	k, err := parseKey(ip, r.bits)
+	if err != nil {
+		return Availability{}, fmt.Errorf("tenant: available %s: %w", quoteIP(ip), err)
+	}
+	av := r.store.available(k, limiter.Nanos(r.now()))
+	return Availability{Tenant: formatKey(k, r.bits), Availability: av}, nil
+}
+
+// Lowest returns up to k tenants (1 <= k <= MaxLowest, otherwise the error
+// wraps ErrInvalidK) with the fewest permits left at the registry's current
+// time, as Entries ordered by Remaining ascending. Tenants with a full
+// bucket are not listed, so fewer than k may come back, and none when no
+// tenant has taken permits lately.
+//
+// Ties are ordered deterministically. Under GCRA: by TAT descending (the
+// tenant whose bucket refills last is truly closer to being cut off, even
+// when both have the same whole number of permits left), then by tenant key
+// ascending (IPv6 prefixes in address order, then IPv4 addresses in address
+// order). Under the sliding log: by ResetAfter descending, then by key.
+//
+// Cost: under GCRA every acquisition keeps an index of the tenants ordered by
+// TAT up to date, an order that time does not change, so Lowest reads
+// O(log n + k) entries per shard that holds one of the k answers, whatever
+// the number n of tenants. Under the sliding log the permits left depend on
+// when each past grant leaves its window, so no order survives time:
+// Lowest scans every tenant, in O(n log k), holding one shard's lock at a
+// time; it gives up with ctx's error when ctx is done.
+//
+// The answer is not one atomic snapshot: each shard is read under its own
+// lock, all at the same instant.
+func (r *Registry) Lowest(ctx context.Context, k int) (entries []Entry, err error) {
+	ctx, span := r.tracer.Start(ctx, "tenant.Lowest")
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("ratelimiter.k", k), attribute.Int("ratelimiter.tenants", len(entries)))
+		}
+		end(span, err)
+	}()
+	if k < 1 || k > MaxLowest {
+		return nil, fmt.Errorf("tenant: lowest: %w: k must be between 1 and %d, got %d", ErrInvalidK, MaxLowest, k)
+	}
+	rs, err := r.store.lowest(ctx, limiter.Nanos(r.now()), k)
+	if err != nil {
+		return nil, fmt.Errorf("tenant: lowest: %w", err)
+	}
+	entries = make([]Entry, len(rs))
+	for i, x := range rs {
+		entries[i] = Entry{Tenant: formatKey(x.key, r.bits), Remaining: x.av.Remaining, Limit: x.av.Limit, ResetAfter: x.av.ResetAfter}
+	}
+	return entries, nil
+}
+
+// Stats counts what the registry holds, in O(shards).
+func (r *Registry) Stats() Stats { return r.store.stats() }
+
+func end(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// admission enforces Config.MaxTenants across shards: count is the number of
+// tenants remembered plus insertions under way, and never exceeds max.
+type admission struct {
+	count atomic.Int64
+	max   int64
+}
+
+// reserve claims room for one more tenant, if there is some.
+func (a *admission) reserve() bool {
+	for {
+		c := a.count.Load()
+		if c >= a.max {
+			return false
+		}
+		if a.count.CompareAndSwap(c, c+1) {
+			return true
+		}
+	}
+}
+
+func (a *admission) release(n int) {
+	if n != 0 {
+		a.count.Add(-int64(n))
+	}
+}
+
+// maxVictimAttempts bounds how often a newcomer at the bound looks for a
+// tenant to evict when concurrent acquisitions keep changing the candidate.
+const maxVictimAttempts = 8
+
+// registryFull is the denial of a newcomer that cannot be remembered; the
+// tenant that could be evicted regains a permit after retry.
+func registryFull(n, limit int64, retry time.Duration) limiter.Decision {
+	return limiter.Decision{Permits: n, Limit: limit, RetryAfter: retry, ResetAfter: retry}
+}
+
+// addNanos returns now+d, saturating at the last representable instant.
+func addNanos(now int64, d time.Duration) int64 {
+	if d > 0 && now > (1<<63-1)-int64(d) {
+		return 1<<63 - 1
+	}
+	return now + int64(d)
+}
