@@ -9,11 +9,60 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
+
+// scrape reads a Prometheus text exposition into "name{label="value",…}" →
+// value, with labels sorted and counts and sums of histograms as their own
+// series. Labels other than limiter, result and ratelimiter_operation are left out.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	series := make(map[string]float64)
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "limiter", "result", "ratelimiter_operation":
+					labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
+				}
+			}
+			sort.Strings(labels)
+			key := func(n string) string {
+				if len(labels) == 0 {
+					return n
+				}
+				return n + "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.GetCounter() != nil:
+				series[key(name)] += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				series[key(name)] += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				series[key(name+"_count")] += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return series
+}
 
 // logs collects the service's JSON log lines and hands over the address from
 // its "listening" record, the way an operator would read it.
@@ -101,8 +150,32 @@ func TestRunServesAndShutsDown(t *testing.T) {
 			t.Errorf("acquire %d from a limit of 2: got allowed %v, want %v", i, d.Allowed, wantAllowed)
 		}
 	}
-	if body := get(t, base+"/metrics", http.StatusOK); !strings.Contains(body, "ratelimiter_tenants_tracked") {
-		t.Errorf("/metrics lacks ratelimiter_tenants_tracked")
+	resp, err := http.Post(base+"/v1/tenants/203.0.113.7/acquire", "application/json", strings.NewReader(`{"permits":3}`))
+	if err != nil {
+		t.Fatalf("tenant acquire: %v", err)
+	}
+	resp.Body.Close()
+
+	// The scrape reflects exactly what was just decided.
+	m := scrape(t, base+"/metrics")
+	for _, tt := range []struct {
+		series string
+		want   float64
+	}{
+		{`ratelimiter_decisions_total{limiter="payments-api",result="allowed"}`, 2},
+		{`ratelimiter_decisions_total{limiter="payments-api",result="denied"}`, 1},
+		{`ratelimiter_permits_total{limiter="payments-api",result="granted"}`, 2},
+		{`ratelimiter_permits_total{limiter="payments-api",result="denied"}`, 1},
+		{`ratelimiter_decisions_total{limiter="tenant",result="allowed"}`, 1},
+		{`ratelimiter_permits_total{limiter="tenant",result="granted"}`, 3},
+		{`ratelimiter_tenants_tracked`, 1},
+	} {
+		if got, ok := m[tt.series]; !ok || got != tt.want {
+			t.Errorf("/metrics %s = %v (present %v), want %v", tt.series, got, ok, tt.want)
+		}
+	}
+	if got := m[`http_server_request_duration_seconds_count{ratelimiter_operation="acquire"}`]; got != 3 {
+		t.Errorf("request duration histogram counted %v acquire requests, want 3", got)
 	}
 
 	// On cancellation, readiness turns false while requests are still
