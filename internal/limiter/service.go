@@ -11,7 +11,8 @@ import (
 )
 
 // Service is the entry point to named limiters: it validates input before it
-// reaches the Store, so bad input never touches state, and traces each call.
+// reaches the Store, so bad input never touches state, and traces each call
+// as a child of the caller's span when that span is recording.
 // It is safe for concurrent use.
 type Service struct {
 	store  Store
@@ -58,7 +59,7 @@ func (s *Service) Get(ctx context.Context, name string) (def Definition, err err
 
 // List returns up to max definitions whose names sort after `after`.
 func (s *Service) List(ctx context.Context, after string, max int) (defs []Definition, err error) {
-	ctx, span := s.tracer.Start(ctx, "limiter.List")
+	ctx, span := s.start(ctx, "limiter.List", "")
 	defer func() { end(span, err) }()
 	defs, err = s.store.List(ctx, after, max)
 	if err != nil {
@@ -117,13 +118,22 @@ func (s *Service) Available(ctx context.Context, name string) (a Availability, e
 	return a, nil
 }
 
+// start begins a child span of the caller's span. When the caller's span is
+// not recording (tracing is off, or this trace is not sampled) no span is
+// started at all: the call then costs nothing, not even an allocation.
 func (s *Service) start(ctx context.Context, op, name string) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noSpan
+	}
 	ctx, span := s.tracer.Start(ctx, op)
-	if span.IsRecording() {
+	if name != "" {
 		span.SetAttributes(attribute.String("ratelimiter.limiter", name))
 	}
 	return ctx, span
 }
+
+// noSpan is a span that records nothing and whose End does nothing.
+var noSpan = trace.SpanFromContext(context.Background())
 
 func end(span trace.Span, err error) {
 	if err != nil {
