@@ -54,7 +54,7 @@ func NewRate(p Policy) Rate {
 }
 
 // backlog is how far t lies after now, in units of 1/limit ns.
-func (r Rate) backlog(t TAT, now int64) u128 {
+func (r *Rate) backlog(t TAT, now int64) u128 {
 	now = clampNow(now)
 	if t.FullAt(now) {
 		return u128{}
@@ -65,7 +65,7 @@ func (r Rate) backlog(t TAT, now int64) u128 {
 }
 
 // remaining is how many permits fit in the bucket given its backlog.
-func (r Rate) remaining(backlog u128) int64 {
+func (r *Rate) remaining(backlog u128) int64 {
 	if backlog.cmp(r.tolerance) >= 0 {
 		return 0
 	}
@@ -75,7 +75,7 @@ func (r Rate) remaining(backlog u128) int64 {
 
 // duration converts a span in units of 1/limit ns to a Duration, rounding up
 // so that a caller told to wait never retries too early.
-func (r Rate) duration(units u128) time.Duration {
+func (r *Rate) duration(units u128) time.Duration {
 	ns := units.divCeil(r.limit)
 	if ns > math.MaxInt64 {
 		return math.MaxInt64
@@ -87,7 +87,7 @@ func (r Rate) duration(units u128) time.Duration {
 // epoch, clamped to [0, MaxNanos]) in a bucket whose TAT is t, and returns the TAT to store. When the
 // decision is a denial the returned TAT is t itself: nothing is recorded.
 // n must be at least 1.
-func (r Rate) Acquire(t TAT, now int64, n int64) (TAT, Decision) {
+func (r *Rate) Acquire(t TAT, now int64, n int64) (TAT, Decision) {
 	backlog := r.backlog(t, now)
 	d := Decision{Permits: n, Limit: int64(r.limit)}
 	if uint64(n) > r.burst {
@@ -116,7 +116,7 @@ func (r Rate) Acquire(t TAT, now int64, n int64) (TAT, Decision) {
 
 // Available reports how many permits could be acquired at now from a bucket
 // whose TAT is t, without acquiring any.
-func (r Rate) Available(t TAT, now int64) Availability {
+func (r *Rate) Available(t TAT, now int64) Availability {
 	backlog := r.backlog(t, now)
 	return Availability{
 		Remaining:  r.remaining(backlog),

@@ -46,14 +46,15 @@ func (l *Limiter) Acquire(now time.Time, n int64) (Decision, error) {
 		return Decision{}, err
 	}
 	t := Nanos(now)
+	var d Decision
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.gcra {
-		var d Decision
 		l.tat, d = l.rate.Acquire(l.tat, t, n)
-		return d, nil
+	} else {
+		d = l.log.Acquire(l.window, t, n)
 	}
-	return l.log.Acquire(l.window, t, n), nil
+	l.mu.Unlock()
+	return d, nil
 }
 
 // Available reports how many permits could be acquired at now, without
