@@ -81,13 +81,14 @@ const MaxNanos = math.MaxInt64 - int64(MaxPeriod)
 func Nanos(t time.Time) int64 {
 	// Comparing seconds first is cheaper than time.Time comparisons, and
 	// UnixNano is only defined within int64's range.
-	switch s := t.Unix(); {
+	s := t.Unix()
+	switch {
 	case s < 0:
 		return 0
 	case s > MaxNanos/1e9:
 		return MaxNanos
 	}
-	return min(t.UnixNano(), MaxNanos)
+	return min(s*1e9+int64(t.Nanosecond()), MaxNanos)
 }
 
 // clampNow applies Nanos's clamp to a time already in nanoseconds.
