@@ -6,21 +6,26 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
-// The index over a shard's slots is a tree of spans with fan-out 8:
-// levels[0][b] bounds the TATs of slots [8b, 8b+8), levels[l][j] bounds
-// levels[l-1][8j, 8j+8), and the last level has a single entry, the root.
-// Levels other than the root are padded to a multiple of 8 with empty spans
-// so that every node has exactly 8 children.
+// The index over a shard's slots is a tree of spans with fan-out 8. Its
+// nodes of level 0 are the blocks: block b holds slots [8b, 8b+8) and their
+// span, side by side, so that an acquisition reads and updates the span in
+// the same page, often the same cache line, as its slot. A node j of level
+// l >= 1 lives in levels[l-1][j] and bounds nodes [8j, 8j+8) of level l-1.
+// The top level has a single node, the root. Every level but the top has a
+// multiple of 8 nodes (tables of more than one block have a multiple of 8
+// blocks; upper levels are padded with empty spans), so every node above
+// level 0 has exactly 8 children.
 //
 // Bounds are exact: lo is the smallest TAT.NS below a node and hi the largest
 // TAT.NS rounded up (NS+1 when Frac > 0), so every TAT t below satisfies
-// (lo, 0) <= t <= (hi, 0). Keeping them exact costs little because a
-// tenant's TAT only ever grows: an acquisition can only raise a block's hi,
-// and changes its lo only when the tenant held it.
+// (lo, 0) <= t <= (hi, 0). Keeping them exact is cheap because a tenant's
+// TAT only ever grows: an acquisition raises a block's hi, which climbs only
+// the ancestors it exceeds, and changes its lo only when the tenant held it.
+// A parent is recomputed from its children only when a bound it shared
+// with one of them moves inward.
 //
-// Ordering TATs by their nanoseconds alone keeps a span in 16 bytes, so a
-// node's 8 children fill two cache lines; ties within one nanosecond are
-// settled at the slots, which hold the whole TAT.
+// Ordering TATs by their nanoseconds alone keeps a span in 16 bytes; ties
+// within one nanosecond are settled at the slots, which hold the whole TAT.
 
 const (
 	fanoutBits = 3
@@ -34,6 +39,12 @@ var emptySpan = span{lo: math.MaxInt64, hi: math.MinInt64}
 
 func (p span) empty() bool { return p.hi == math.MinInt64 }
 
+// block is level 0 of the index: fanout slots and their span.
+type block struct {
+	span  span
+	slots [fanout]slot
+}
+
 // ceilNS is t's nanosecond rounded up.
 func ceilNS(t limiter.TAT) int64 {
 	if t.Frac != 0 && t.NS != math.MaxInt64 {
@@ -42,42 +53,61 @@ func ceilNS(t limiter.TAT) int64 {
 	return t.NS
 }
 
-// buildLevels sizes the levels for the current slots and computes every
-// bound from them.
+func (s *gcraShard) slot(i int) *slot { return &s.blocks[i/fanout].slots[i%fanout] }
+
+// depth is the number of levels, blocks included.
+func (s *gcraShard) depth() int { return len(s.levels) + 1 }
+
+// node returns node j of level l.
+func (s *gcraShard) node(l, j int) *span {
+	if l == 0 {
+		return &s.blocks[j].span
+	}
+	return &s.levels[l-1][j]
+}
+
+func (s *gcraShard) root() span { return *s.node(s.depth()-1, 0) }
+
+// blocksFor returns how many blocks a table of at least n slots has.
+func blocksFor(n int) int {
+	b := (n + fanout - 1) / fanout
+	if b > 1 {
+		b = (b + fanout - 1) / fanout * fanout
+	}
+	return b
+}
+
+// buildLevels sizes the upper levels for the current blocks and computes
+// every bound from the slots.
 func (s *gcraShard) buildLevels() {
+	for b := range s.blocks {
+		s.blocks[b].span = s.blockSpan(b)
+	}
 	s.levels = s.levels[:0]
-	n := len(s.slots) / fanout
-	for {
+	for n := len(s.blocks); n > 1; {
+		n = (n + fanout - 1) / fanout
 		size := n
 		if n > 1 {
 			size = (n + fanout - 1) / fanout * fanout
 		}
 		lv := make([]span, size)
-		for i := range lv {
-			lv[i] = emptySpan
+		for j := range lv {
+			lv[j] = emptySpan
 		}
 		s.levels = append(s.levels, lv)
-		if n == 1 {
-			break
-		}
-		n = (n + fanout - 1) / fanout
-	}
-	for b := range len(s.slots) / fanout {
-		s.levels[0][b] = s.blockSpan(b)
-	}
-	for l := 1; l < len(s.levels); l++ {
-		for j := range s.levels[l] {
-			s.levels[l][j] = join(s.levels[l-1][j*fanout : j*fanout+fanout])
+		l := len(s.levels)
+		for j := range n {
+			lv[j] = s.childrenSpan(l, j)
 		}
 	}
-	s.publish()
+	s.publish(s.root())
 }
 
-// blockSpan computes the bounds of block b from its slots.
+// blockSpan computes the span of block b from its slots.
 func (s *gcraShard) blockSpan(b int) span {
 	p := emptySpan
-	for i := b * fanout; i < b*fanout+fanout; i++ {
-		sl := &s.slots[i]
+	for i := range s.blocks[b].slots {
+		sl := &s.blocks[b].slots[i]
 		if sl.state != slotLive {
 			continue
 		}
@@ -87,53 +117,75 @@ func (s *gcraShard) blockSpan(b int) span {
 	return p
 }
 
-func join(children []span) span {
+// childrenSpan computes node j of level l >= 1 from its children.
+func (s *gcraShard) childrenSpan(l, j int) span {
 	p := emptySpan
-	for _, c := range children[:fanout] {
+	for x := range fanout {
+		c := s.node(l-1, j*fanout+x)
 		p.lo = min(p.lo, c.lo)
 		p.hi = max(p.hi, c.hi)
 	}
 	return p
 }
 
-// fix recomputes the bounds of block b and of its ancestors, stopping at the
-// first that does not change.
-func (s *gcraShard) fix(b int) {
-	p := s.blockSpan(b)
-	for l := 0; ; l++ {
-		lv := s.levels[l]
-		if lv[b] == p {
+// refresh recomputes block b's span from its slots and carries the change
+// up.
+func (s *gcraShard) refresh(b int) { s.changed(0, b, s.blocks[b].span, s.blockSpan(b)) }
+
+// changed sets node j of level l, which spanned old, to p and carries the
+// change up as far as it goes.
+func (s *gcraShard) changed(l, j int, old, p span) {
+	top := s.depth() - 1
+	for p != old {
+		*s.node(l, j) = p
+		if l == top {
+			s.publish(p)
 			return
 		}
-		lv[b] = p
-		if l == len(s.levels)-1 {
-			s.publish()
-			return
+		l, j = l+1, j/fanout
+		parent := s.node(l, j)
+		q := *parent
+		np := q
+		switch {
+		case p.lo < q.lo:
+			np.lo = p.lo
+		case old.lo == q.lo && p.lo > old.lo:
+			np.lo = s.childrenSpan(l, j).lo
 		}
-		b /= fanout
-		p = join(lv[b*fanout:])
+		switch {
+		case p.hi > q.hi:
+			np.hi = p.hi
+		case old.hi == q.hi && p.hi < old.hi:
+			np.hi = s.childrenSpan(l, j).hi
+		}
+		old, p = q, np
 	}
 }
 
-func (s *gcraShard) publish() {
-	root := s.levels[len(s.levels)-1][0]
+func (s *gcraShard) publish(root span) {
 	s.rootLo.Store(root.lo)
 	s.rootHi.Store(root.hi)
 }
 
-// raised updates the bounds after slot i's TAT grew from old to tat.
-func (s *gcraShard) raised(i int, old, tat limiter.TAT) {
-	p := s.levels[0][i/fanout]
-	if old.NS == p.lo || ceilNS(tat) > p.hi {
-		s.fix(i / fanout)
+// raised updates the index after slot i's TAT grew from old to tat; p is
+// the span of its block.
+func (s *gcraShard) raised(i int, old, tat limiter.TAT, p span) {
+	b := i / fanout
+	if old.NS == p.lo {
+		s.refresh(b) // the slot may have held the block's lo
+		return
+	}
+	if hi := ceilNS(tat); hi > p.hi {
+		s.changed(0, b, p, span{p.lo, hi})
 	}
 }
 
-// added updates the bounds after a tenant was put in slot i.
+// added updates the index after a tenant was put in slot i.
 func (s *gcraShard) added(i int, tat limiter.TAT) {
-	p := s.levels[0][i/fanout]
-	if tat.NS < p.lo || ceilNS(tat) > p.hi {
-		s.fix(i / fanout)
+	b := i / fanout
+	p := s.blocks[b].span
+	if np := (span{min(p.lo, tat.NS), max(p.hi, ceilNS(tat))}); np != p {
+		s.changed(0, b, p, np)
 	}
 }
 
@@ -144,101 +196,106 @@ func (s *gcraShard) added(i int, tat limiter.TAT) {
 // a nanosecond.
 func (s *gcraShard) earliest() int {
 	best := -1
-	top := len(s.levels) - 1
-	if s.levels[top][0].empty() {
-		return -1
+	if !s.root().empty() {
+		s.earliestIn(s.depth()-1, 0, &best)
 	}
-	s.earliestIn(top, 0, &best)
 	return best
 }
 
-// earliestIn visits node j of level l; a node of level 0 covers slots
-// [8j, 8j+8).
+// earliestIn visits node j of level l.
 func (s *gcraShard) earliestIn(l, j int, best *int) {
 	if l == 0 {
 		for i := j * fanout; i < j*fanout+fanout; i++ {
-			sl := &s.slots[i]
+			sl := s.slot(i)
 			if sl.state != slotLive {
 				continue
 			}
-			if *best < 0 || evictsBefore(sl.tat(), sl.key, s.slots[*best].tat(), s.slots[*best].key) {
+			if *best < 0 || evictsBefore(sl.tat(), sl.key, s.slot(*best).tat(), s.slot(*best).key) {
 				*best = i
 			}
 		}
 		return
 	}
-	children := s.levels[l-1][j*fanout : j*fanout+fanout]
-	order := byBound(children, func(a, b span) bool { return a.lo < b.lo })
-	for _, c := range order {
-		p := children[c]
-		if p.empty() {
-			continue
-		}
-		// A TAT below is at least (p.lo, 0), so it cannot come before one
-		// whose NS is smaller than p.lo.
-		if *best >= 0 && p.lo > s.slots[*best].ns {
-			break
-		}
-		s.earliestIn(l-1, j*fanout+int(c), best)
-	}
-}
-
-// collect offers to top every tenant of the shard that is not full at now
-// and could rank among its k best, latest bound first.
-func (s *gcraShard) collect(now int64, top *topK[gcraRanked]) {
-	top0 := len(s.levels) - 1
-	if s.levels[top0][0].hi <= now {
-		return
-	}
-	s.collectIn(top0, 0, now, top)
-}
-
-// collectIn visits node j of level l, as earliestIn does.
-func (s *gcraShard) collectIn(l, j int, now int64, top *topK[gcraRanked]) {
-	if l == 0 {
-		for i := j * fanout; i < j*fanout+fanout; i++ {
-			sl := &s.slots[i]
-			if sl.state != slotLive {
-				continue
+	var seen uint8
+	for {
+		// The unseen child with the smallest lo.
+		x, lo := -1, int64(math.MaxInt64)
+		for y := range fanout {
+			if c := s.node(l-1, j*fanout+y); seen&(1<<y) == 0 && !c.empty() && (x < 0 || c.lo < lo) {
+				x, lo = y, c.lo
 			}
-			t := sl.tat()
-			if t.FullAt(now) {
-				continue
-			}
-			top.offer(gcraRanked{tat: t, key: sl.key})
 		}
-		return
-	}
-	children := s.levels[l-1][j*fanout : j*fanout+fanout]
-	order := byBound(children, func(a, b span) bool { return a.hi > b.hi })
-	for _, c := range order {
-		hi := children[c].hi
-		// A subtree whose hi is at most now holds only full buckets.
-		if hi <= now || !mayRank(top, hi) {
-			break
+		// A TAT below is at least (lo, 0), so it cannot come before one
+		// whose NS is smaller than lo.
+		if x < 0 || *best >= 0 && lo > s.slot(*best).ns {
+			return
 		}
-		s.collectIn(l-1, j*fanout+int(c), now, top)
+		seen |= 1 << x
+		s.earliestIn(l-1, j*fanout+x, best)
 	}
 }
 
-// mayRank reports whether a TAT at most (hi, 0) could enter top.
-func mayRank(top *topK[gcraRanked], hi int64) bool {
-	if !top.full() {
+// collector gathers the k latest TATs that are not full at now.
+type collector struct {
+	now int64
+	// floor is a hi below which no subtree can hold one of the k latest
+	// TATs; at least now+1, since a subtree whose hi is at most now holds
+	// only full buckets.
+	floor int64
+	top   *topK[gcraRanked]
+}
+
+// mayRank reports whether a subtree whose TATs are at most (hi, 0) could
+// hold one of the k latest.
+func (c *collector) mayRank(hi int64) bool {
+	if hi < c.floor {
+		return false
+	}
+	if !c.top.full() {
 		return true
 	}
-	w := top.worst().tat
+	w := c.top.worst().tat
 	// A TAT t <= (hi, 0) enters only if t >= w (a tie wins on a smaller key).
 	return hi > w.NS || hi == w.NS && w.Frac == 0
 }
 
-// byBound returns the indexes of 8 children sorted by before.
-func byBound(children []span, before func(a, b span) bool) [fanout]uint8 {
-	var order [fanout]uint8
-	for i := range order {
-		order[i] = uint8(i)
-		for j := i; j > 0 && before(children[order[j]], children[order[j-1]]); j-- {
-			order[j], order[j-1] = order[j-1], order[j]
-		}
+// collect offers to c the tenants of the shard that could rank among the k
+// latest, visiting subtrees latest bound first.
+func (s *gcraShard) collect(c *collector) {
+	if c.mayRank(s.root().hi) {
+		s.collectIn(s.depth()-1, 0, c)
 	}
-	return order
+}
+
+// collectIn visits node j of level l.
+func (s *gcraShard) collectIn(l, j int, c *collector) {
+	if l == 0 {
+		for i := range s.blocks[j].slots {
+			sl := &s.blocks[j].slots[i]
+			if sl.state != slotLive {
+				continue
+			}
+			t := sl.tat()
+			if t.FullAt(c.now) || !c.mayRank(ceilNS(t)) {
+				continue
+			}
+			c.top.offer(gcraRanked{tat: t, key: sl.key})
+		}
+		return
+	}
+	var seen uint8
+	for {
+		// The unseen child with the largest hi.
+		x, hi := -1, int64(math.MinInt64)
+		for y := range fanout {
+			if c := s.node(l-1, j*fanout+y); seen&(1<<y) == 0 && c.hi > hi {
+				x, hi = y, c.hi
+			}
+		}
+		if x < 0 || !c.mayRank(hi) {
+			return
+		}
+		seen |= 1 << x
+		s.collectIn(l-1, j*fanout+x, c)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,15 +13,16 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
-// The GCRA table keeps, per shard, an open-addressed hash table of slots
+// The GCRA table keeps, per shard, an open-addressed hash table (linear
+// probing, deleted slots marked and reclaimed by rebuilds) of slots
 // {key, TAT} and, over the slots, a tree of bounds (see gcra_index.go): for
-// every block of fanout slots, and every block of fanout blocks above it, the
-// earliest and latest TAT below. An acquisition rewrites its slot and the
-// few bounds that change; Lowest walks the latest bounds down to the k latest
-// TATs, and eviction and expiry walk the earliest ones. The slots hold no
-// pointers, so the garbage collector never scans them, and a tenant costs
-// one 24-byte slot plus about 2.3 bytes of bounds per slot, divided by the
-// load factor (between 9/16 and 4/5).
+// every block of 8 slots, and every 8 nodes above, the earliest and latest
+// TAT below. An acquisition rewrites its slot and the few bounds that change;
+// Lowest walks the latest bounds down to the k latest TATs, and eviction and
+// expiry walk the earliest ones. Nothing in the table is a pointer, so the
+// garbage collector never scans it. A tenant costs a 24-byte slot plus
+// 16 bytes of bounds per 8 slots (and 1/7 more above), divided by the load
+// factor, which stays between 9/16 and 4/5: 33 to 47 bytes.
 
 const (
 	shardBits = 6
@@ -30,9 +32,10 @@ const (
 	// at most, so that none costs more than O(expirePerOp·log n).
 	expirePerOp = 2
 
-	// Load factor bounds of a shard's table: it is rebuilt when live plus
-	// deleted slots would exceed maxLoad, or live ones fall below minLoad,
-	// and sized so that live ones fill rebuiltLoad of it.
+	// A shard's table is rebuilt when live plus deleted slots would
+	// exceed 4/5 of it, or live ones fall below 1/5, and sized so that live
+	// ones then fill 9/16 of it: probes stay short and memory stays
+	// proportional to the tenants.
 	maxLoadNum, maxLoadDen = 4, 5
 	minLoadDen             = 5
 	rebuiltNum, rebuiltDen = 9, 16
@@ -58,9 +61,10 @@ func (sl *slot) tat() limiter.TAT { return limiter.TAT{NS: sl.ns, Frac: sl.frac}
 
 type gcraShard struct {
 	mu     sync.Mutex
-	slots  []slot
-	live   int // slots holding a tenant
-	used   int // live plus deleted slots: a probe ends only at an empty slot
+	blocks []block // the slots, 8 to a block, and level 0 of the index
+	nslots int     // len(blocks) * fanout
+	live   int     // slots holding a tenant
+	used   int     // live plus deleted slots: a probe ends only at an empty slot
 	levels [][]span
 
 	// rootLo and rootHi copy the root bounds so that eviction and Lowest
@@ -73,7 +77,7 @@ type gcraShard struct {
 type gcraStore struct {
 	rate     limiter.Rate
 	limit    int64
-	interval time.Duration // one permit's worth of refill, rounded up
+	interval time.Duration // see refillInterval
 	seed     maphash.Seed
 	admission
 	shards [numShards]gcraShard
@@ -83,14 +87,12 @@ func newGCRAStore(p limiter.Policy, maxTenants int64) *gcraStore {
 	st := &gcraStore{
 		rate:     limiter.NewRate(p),
 		limit:    p.Limit,
-		interval: (p.Period + time.Duration(p.Limit) - 1) / time.Duration(p.Limit),
+		interval: refillInterval(p),
 		seed:     maphash.MakeSeed(),
 	}
 	st.max = maxTenants
 	for i := range st.shards {
-		s := &st.shards[i]
-		s.slots = make([]slot, minSlots)
-		s.buildLevels()
+		st.shards[i].resize(minSlots)
 	}
 	return st
 }
@@ -103,17 +105,28 @@ func (st *gcraStore) hash(key uint64) uint64 { return maphash.Comparable(st.seed
 func (st *gcraStore) shard(h uint64) *gcraShard { return &st.shards[h&(numShards-1)] }
 
 func (s *gcraShard) home(h uint64) int {
-	i, _ := bits.Mul64(h, uint64(len(s.slots)))
+	i, _ := bits.Mul64(h, uint64(s.nslots))
 	return int(i)
+}
+
+// resize replaces the table by an empty one of at least n slots; the index
+// is left to buildLevels.
+func (s *gcraShard) resize(n int) {
+	s.blocks = make([]block, blocksFor(n))
+	s.nslots = len(s.blocks) * fanout
+	s.live, s.used = 0, 0
+	s.buildLevels()
 }
 
 // find returns the slot holding key and true, or the slot where key would be
 // inserted (the first deleted or empty slot of its probe sequence) and
 // false. A probe ends at an empty slot; there always is one.
-func (s *gcraShard) find(key, h uint64) (int, bool) {
+func (s *gcraShard) find(key, h uint64) (int, bool) { return s.findFrom(key, s.home(h)) }
+
+func (s *gcraShard) findFrom(key uint64, home int) (int, bool) {
 	free := -1
-	for i := s.home(h); ; {
-		sl := &s.slots[i]
+	for i := home; ; {
+		sl := s.slot(i)
 		switch sl.state {
 		case slotEmpty:
 			if free < 0 {
@@ -129,7 +142,7 @@ func (s *gcraShard) find(key, h uint64) (int, bool) {
 				free = i
 			}
 		}
-		if i++; i == len(s.slots) {
+		if i++; i == s.nslots {
 			i = 0
 		}
 	}
@@ -139,9 +152,16 @@ func (st *gcraStore) acquire(key uint64, now, n int64) (limiter.Decision, bool) 
 	h := st.hash(key)
 	s := st.shard(h)
 	s.mu.Lock()
-	i, found := s.find(key, h)
+	home := s.home(h)
+	// Load the home block's span before probing: the load does not depend
+	// on the probe, so the two cache misses overlap.
+	bounds := s.blocks[home/fanout].span
+	i, found := s.findFrom(key, home)
 	if found {
-		d := s.take(st, i, now, n)
+		if i/fanout != home/fanout {
+			bounds = s.blocks[i/fanout].span
+		}
+		d := s.takeWith(st, i, now, n, bounds)
 		s.expire(st, now)
 		s.mu.Unlock()
 		return d, false
@@ -164,12 +184,17 @@ func (st *gcraStore) acquire(key uint64, now, n int64) (limiter.Decision, bool) 
 
 // take acquires n permits from the tenant in slot i.
 func (s *gcraShard) take(st *gcraStore, i int, now, n int64) limiter.Decision {
-	sl := &s.slots[i]
+	return s.takeWith(st, i, now, n, s.blocks[i/fanout].span)
+}
+
+// takeWith is take given the span of slot i's block.
+func (s *gcraShard) takeWith(st *gcraStore, i int, now, n int64, bounds span) limiter.Decision {
+	sl := s.slot(i)
 	old := sl.tat()
 	tat, d := st.rate.Acquire(old, now, n)
 	if d.Allowed {
 		sl.ns, sl.frac = tat.NS, tat.Frac
-		s.raised(i, old, tat)
+		s.raised(i, old, tat, bounds)
 	}
 	return d
 }
@@ -177,14 +202,14 @@ func (s *gcraShard) take(st *gcraStore, i int, now, n int64) limiter.Decision {
 // insert remembers a new tenant in slot i (from find), for which room has
 // been reserved. It rebuilds the table first when it would become too full.
 func (s *gcraShard) insert(st *gcraStore, key, h uint64, i int, tat limiter.TAT, now int64) {
-	if s.slots[i].state == slotEmpty && (s.used+1)*maxLoadDen > len(s.slots)*maxLoadNum {
+	if s.slot(i).state == slotEmpty && (s.used+1)*maxLoadDen > s.nslots*maxLoadNum {
 		s.rebuild(st, now, s.live+1)
 		i, _ = s.find(key, h)
 	}
-	if s.slots[i].state == slotEmpty {
+	if s.slot(i).state == slotEmpty {
 		s.used++
 	}
-	s.slots[i] = slot{key: key, ns: tat.NS, frac: tat.Frac, state: slotLive}
+	*s.slot(i) = slot{key: key, ns: tat.NS, frac: tat.Frac, state: slotLive}
 	s.live++
 	s.added(i, tat)
 }
@@ -192,9 +217,9 @@ func (s *gcraShard) insert(st *gcraStore, key, h uint64, i int, tat limiter.TAT,
 // remove forgets the tenant in slot i. The caller accounts for the room it
 // frees.
 func (s *gcraShard) remove(i int) {
-	s.slots[i].state = slotDeleted
+	s.slot(i).state = slotDeleted
 	s.live--
-	s.fix(i / fanout)
+	s.refresh(i / fanout)
 }
 
 // expire drops up to expirePerOp tenants whose bucket is full at now,
@@ -203,18 +228,18 @@ func (s *gcraShard) remove(i int) {
 func (s *gcraShard) expire(st *gcraStore, now int64) {
 	dropped := 0
 	for range expirePerOp {
-		if s.levels[len(s.levels)-1][0].lo > now {
+		if s.root().lo > now {
 			break // no TAT is at or before now
 		}
 		i := s.earliest()
-		if i < 0 || !s.slots[i].tat().FullAt(now) {
+		if i < 0 || !s.slot(i).tat().FullAt(now) {
 			break
 		}
 		s.remove(i)
 		dropped++
 	}
 	st.release(dropped)
-	if dropped > 0 && len(s.slots) > minSlots && s.live*minLoadDen < len(s.slots) {
+	if dropped > 0 && s.nslots > minSlots && s.live*minLoadDen < s.nslots {
 		s.rebuild(st, now, s.live)
 	}
 }
@@ -222,33 +247,40 @@ func (s *gcraShard) expire(st *gcraStore, now int64) {
 // rebuild rehashes the live tenants whose bucket is not full at now into a
 // table sized for max(them, want), dropping deleted slots and full buckets.
 func (s *gcraShard) rebuild(st *gcraStore, now int64, want int) {
-	old := s.slots
+	old := s.blocks
+	keep := func(sl *slot) bool { return sl.state == slotLive && !sl.tat().FullAt(now) }
 	kept := 0
-	for i := range old {
-		if old[i].state == slotLive && !old[i].tat().FullAt(now) {
-			kept++
+	for b := range old {
+		for i := range old[b].slots {
+			if keep(&old[b].slots[i]) {
+				kept++
+			}
 		}
 	}
 	st.release(s.live - kept)
 	n := max(kept, want)
-	size := (n*rebuiltDen/rebuiltNum + fanout) / fanout * fanout
-	s.slots = make([]slot, max(size, minSlots))
-	for i := range old {
-		sl := &old[i]
-		if sl.state != slotLive || sl.tat().FullAt(now) {
-			continue
+	s.blocks = make([]block, blocksFor(max(n*rebuiltDen/rebuiltNum+1, minSlots)))
+	s.nslots = len(s.blocks) * fanout
+	for b := range old {
+		for i := range old[b].slots {
+			sl := &old[b].slots[i]
+			if keep(sl) {
+				j, _ := s.find(sl.key, st.hash(sl.key))
+				*s.slot(j) = *sl
+			}
 		}
-		j, _ := s.find(sl.key, st.hash(sl.key))
-		s.slots[j] = *sl
 	}
 	s.live, s.used = kept, kept
 	s.buildLevels()
 }
 
 // admitAtBound remembers a newcomer while the registry holds MaxTenants
-// tenants, making room as Config.MaxTenants describes, or denies it.
+// tenants, making room as Config.MaxTenants describes, or denies it. The
+// room a victim frees passes straight to the newcomer, so the bound holds at
+// every instant. When concurrent acquisitions keep changing the candidate,
+// it gives up after maxVictimAttempts and denies with a RetryAfter of one
+// permit's refill.
 func (st *gcraStore) admitAtBound(key, h uint64, now, n int64) (limiter.Decision, bool) {
-	retry := st.interval
 	for range maxVictimAttempts {
 		vs, vkey, vtat, ok := st.victim()
 		if !ok {
@@ -256,11 +288,12 @@ func (st *gcraStore) admitAtBound(key, h uint64, now, n int64) (limiter.Decision
 		}
 		vs.mu.Lock()
 		i, found := vs.find(vkey, st.hash(vkey))
-		if !found || vs.slots[i].tat() != vtat {
+		if !found || vs.slot(i).tat() != vtat {
 			vs.mu.Unlock() // it acquired meanwhile: look again
 			continue
 		}
-		if !vtat.FullAt(now) && st.rate.Available(vtat, now).Remaining == 0 {
+		// A full bucket has permits left, so it is dropped here too.
+		if st.rate.Available(vtat, now).Remaining == 0 {
 			vs.mu.Unlock()
 			_, vd := st.rate.Acquire(vtat, now, 1)
 			return registryFull(n, st.limit, vd.RetryAfter), true
@@ -284,7 +317,7 @@ func (st *gcraStore) admitAtBound(key, h uint64, now, n int64) (limiter.Decision
 		s.mu.Unlock()
 		return d, false
 	}
-	return registryFull(n, st.limit, retry), true
+	return registryFull(n, st.limit, st.interval), true
 }
 
 // victim finds the tenant Config.MaxTenants evicts first: the earliest TAT,
@@ -311,7 +344,7 @@ func (st *gcraStore) victim() (s *gcraShard, key uint64, tat limiter.TAT, ok boo
 		}
 		sh.mu.Lock()
 		if j := sh.earliest(); j >= 0 {
-			sl := &sh.slots[j]
+			sl := sh.slot(j)
 			if !ok || evictsBefore(sl.tat(), sl.key, tat, key) {
 				s, key, tat, ok = sh, sl.key, sl.tat(), true
 			}
@@ -337,7 +370,7 @@ func (st *gcraStore) available(key uint64, now int64) limiter.Availability {
 	defer s.mu.Unlock()
 	tat := limiter.TAT{}
 	if i, found := s.find(key, h); found {
-		tat = s.slots[i].tat()
+		tat = s.slot(i).tat()
 	}
 	s.expire(st, now)
 	return st.rate.Available(tat, now)
@@ -358,35 +391,39 @@ func ranksBefore(a, b gcraRanked) bool {
 }
 
 func (st *gcraStore) lowest(_ context.Context, now int64, k int) ([]ranked, error) {
-	// Visit shards latest bound first so that the k-th best rises quickly
-	// and prunes the others at their root.
-	type root struct {
-		hi int64
-		s  *gcraShard
-	}
-	var roots [numShards]root
-	n := 0
+	// Visit shards latest bound first, so that the k-th best rises quickly
+	// and prunes the other shards at their root: pop them from a max-heap.
+	var roots rootHeap
 	for i := range st.shards {
 		if hi := st.shards[i].rootHi.Load(); hi > now {
-			roots[n] = root{hi, &st.shards[i]}
-			n++
+			roots.items[roots.n] = shardRoot{hi, &st.shards[i]}
+			roots.n++
 		}
 	}
-	// Insertion sort, latest first: n is at most numShards.
-	for i := 1; i < n; i++ {
-		for j := i; j > 0 && roots[j].hi > roots[j-1].hi; j-- {
-			roots[j], roots[j-1] = roots[j-1], roots[j]
+	c := collector{now: now, floor: now + 1, top: newTopK(k, ranksBefore)}
+	if roots.n >= k {
+		// Bounds are exact, so each root's hi is the rounded-up TAT of a
+		// tenant whose TAT lies after hi-1: at least k tenants lie after
+		// the k-th largest root hi minus 1, and no subtree whose hi is
+		// below that k-th hi can hold one of the k latest.
+		var his [numShards]int64
+		for i := range roots.n {
+			his[i] = roots.items[i].hi
 		}
+		slices.Sort(his[:roots.n])
+		c.floor = his[roots.n-k]
 	}
-	top := newTopK(k, ranksBefore)
-	for _, r := range roots[:n] {
-		if !mayRank(top, r.hi) {
+	roots.init()
+	for roots.n > 0 {
+		r := roots.pop()
+		if !c.mayRank(r.hi) {
 			break
 		}
 		r.s.mu.Lock()
-		r.s.collect(now, top)
+		r.s.collect(&c)
 		r.s.mu.Unlock()
 	}
+	top := c.top
 	best := top.sorted()
 	out := make([]ranked, len(best))
 	for i, b := range best {
@@ -396,13 +433,66 @@ func (st *gcraStore) lowest(_ context.Context, now int64, k int) ([]ranked, erro
 }
 
 func (st *gcraStore) stats() Stats {
-	var s Stats
+	s := Stats{Tenants: int(st.count.Load())}
 	for i := range st.shards {
 		sh := &st.shards[i]
 		sh.mu.Lock()
-		s.Tenants += sh.live
 		s.IndexEntries += sh.used
 		sh.mu.Unlock()
 	}
 	return s
+}
+
+// live counts the tenants the shards hold; at rest it equals count.
+func (st *gcraStore) live() int {
+	n := 0
+	for i := range st.shards {
+		sh := &st.shards[i]
+		sh.mu.Lock()
+		n += sh.live
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+type shardRoot struct {
+	hi int64
+	s  *gcraShard
+}
+
+// rootHeap is a max-heap of shards by root hi.
+type rootHeap struct {
+	items [numShards]shardRoot
+	n     int
+}
+
+func (h *rootHeap) init() {
+	for i := h.n/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *rootHeap) pop() shardRoot {
+	r := h.items[0]
+	h.n--
+	h.items[0] = h.items[h.n]
+	h.down(0)
+	return r
+}
+
+func (h *rootHeap) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= h.n {
+			return
+		}
+		if c+1 < h.n && h.items[c+1].hi > h.items[c].hi {
+			c++
+		}
+		if h.items[i].hi >= h.items[c].hi {
+			return
+		}
+		h.items[i], h.items[c] = h.items[c], h.items[i]
+		i = c
+	}
 }

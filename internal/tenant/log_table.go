@@ -3,6 +3,7 @@ package tenant
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -47,16 +48,16 @@ type logShard struct {
 }
 
 type logStore struct {
-	window limiter.Window
-	limit  int64
-	period time.Duration
-	seed   maphash.Seed
+	window   limiter.Window
+	limit    int64
+	interval time.Duration // see refillInterval
+	seed     maphash.Seed
 	admission
 	shards [numShards]logShard
 }
 
 func newLogStore(p limiter.Policy, maxTenants int64) *logStore {
-	st := &logStore{window: limiter.NewWindow(p), limit: p.Limit, period: p.Period, seed: maphash.MakeSeed()}
+	st := &logStore{window: limiter.NewWindow(p), limit: p.Limit, interval: refillInterval(p), seed: maphash.MakeSeed()}
 	st.max = maxTenants
 	for i := range st.shards {
 		st.shards[i].tenants = make(map[uint64]*logTenant)
@@ -136,7 +137,6 @@ func (st *logStore) acquire(key uint64, now, n int64) (limiter.Decision, bool) {
 // admitAtBound is gcraStore.admitAtBound for logs: the candidate for
 // eviction is the tenant whose log empties first.
 func (st *logStore) admitAtBound(key uint64, now, n int64) (limiter.Decision, bool) {
-	retry := st.period / time.Duration(st.limit)
 	for range maxVictimAttempts {
 		vs, v, ok := st.victim()
 		if !ok {
@@ -148,7 +148,7 @@ func (st *logStore) admitAtBound(key uint64, now, n int64) (limiter.Decision, bo
 			vs.mu.Unlock()
 			continue
 		}
-		if v.reset > now && vt.log.Available(st.window, now).Remaining == 0 {
+		if vt.log.Available(st.window, now).Remaining == 0 {
 			// The log is limited, so this acquisition is a denial and
 			// records nothing.
 			vd := vt.log.Acquire(st.window, now, 1)
@@ -176,7 +176,7 @@ func (st *logStore) admitAtBound(key uint64, now, n int64) (limiter.Decision, bo
 		s.mu.Unlock()
 		return d, false
 	}
-	return registryFull(n, st.limit, retry), true
+	return registryFull(n, st.limit, st.interval), true
 }
 
 // victim finds the tenant whose log empties first, largest key among ties.
@@ -252,13 +252,32 @@ func (st *logStore) lowest(ctx context.Context, now int64, k int) ([]ranked, err
 }
 
 func (st *logStore) stats() Stats {
-	var s Stats
+	s := Stats{Tenants: int(st.count.Load())}
 	for i := range st.shards {
 		sh := &st.shards[i]
 		sh.mu.Lock()
-		s.Tenants += len(sh.tenants)
 		s.IndexEntries += sh.byReset.Len()
 		sh.mu.Unlock()
 	}
 	return s
+}
+
+// live counts the tenants the shards hold; at rest it equals count.
+func (st *logStore) live() int {
+	n := 0
+	for i := range st.shards {
+		sh := &st.shards[i]
+		sh.mu.Lock()
+		n += len(sh.tenants)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// addNanos returns now+d, saturating at the last representable instant.
+func addNanos(now int64, d time.Duration) int64 {
+	if d > 0 && now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
 }

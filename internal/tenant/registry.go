@@ -36,6 +36,9 @@ type store interface {
 	// lowest returns up to k tenants, fewest permits left first.
 	lowest(ctx context.Context, now int64, k int) ([]ranked, error)
 	stats() Stats
+	// live counts the tenants held, shard by shard; at rest it equals
+	// Stats().Tenants.
+	live() int
 }
 
 // ranked is one tenant of a lowest answer.
@@ -163,13 +166,15 @@ func (r *Registry) Available(ctx context.Context, ip string) (a Availability, er
 // ascending (IPv6 prefixes in address order, then IPv4 addresses in address
 // order). Under the sliding log: by ResetAfter descending, then by key.
 //
-// Cost: under GCRA every acquisition keeps an index of the tenants ordered by
-// TAT up to date, an order that time does not change, so Lowest reads
-// O(log n + k) entries per shard that holds one of the k answers, whatever
-// the number n of tenants. Under the sliding log the permits left depend on
-// when each past grant leaves its window, so no order survives time:
-// Lowest scans every tenant, in O(n log k), holding one shard's lock at a
-// time; it gives up with ctx's error when ctx is done.
+// Cost: under GCRA all tenants refill at the same rate, so the permits left
+// order exactly by TAT (a later TAT has fewer), an order that time does not
+// change. Every acquisition keeps an index of TAT bounds up to date, and
+// Lowest walks it from the latest TAT down: it reads one bound per shard and
+// O(k·log n) index nodes, whatever the number n of tenants. Under the
+// sliding log the permits left depend on when each past grant leaves its
+// window, so no order survives time: Lowest scans every tenant, in
+// O(n log k), holding one shard's lock at a time, and gives up with ctx's
+// error when ctx is done.
 //
 // The answer is not one atomic snapshot: each shard is read under its own
 // lock, all at the same instant.
@@ -241,10 +246,8 @@ func registryFull(n, limit int64, retry time.Duration) limiter.Decision {
 	return limiter.Decision{Permits: n, Limit: limit, RetryAfter: retry, ResetAfter: retry}
 }
 
-// addNanos returns now+d, saturating at the last representable instant.
-func addNanos(now int64, d time.Duration) int64 {
-	if d > 0 && now > (1<<63-1)-int64(d) {
-		return 1<<63 - 1
-	}
-	return now + int64(d)
+// refillInterval is how long a bucket of p takes to regain one permit,
+// rounded up to a whole nanosecond so that it is never 0.
+func refillInterval(p limiter.Policy) time.Duration {
+	return (p.Period + time.Duration(p.Limit) - 1) / time.Duration(p.Limit)
 }
