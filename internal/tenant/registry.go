@@ -109,7 +109,7 @@ func (r *Registry) Tenant(ip string) (string, error) {
 // the registry already holds Config.MaxTenants tenants, room is made as
 // Config.MaxTenants describes, or the tenant is denied with RegistryFull.
 func (r *Registry) Acquire(ctx context.Context, ip string, permits int64) (d Decision, err error) {
-	_, span := r.tracer.Start(ctx, "tenant.Acquire")
+	_, span := r.startSpan(ctx, "tenant.Acquire")
 	defer func() {
 		if err == nil && span.IsRecording() {
 			span.SetAttributes(
@@ -136,7 +136,7 @@ func (r *Registry) Acquire(ctx context.Context, ip string, permits int64) (d Dec
 // now, without taking anything. A tenant the registry does not remember has
 // a full bucket. An invalid ip gives an error wrapping ErrInvalidIP.
 func (r *Registry) Available(ctx context.Context, ip string) (a Availability, err error) {
-	_, span := r.tracer.Start(ctx, "tenant.Available")
+	_, span := r.startSpan(ctx, "tenant.Available")
 	defer func() {
 		if err == nil && span.IsRecording() {
 			span.SetAttributes(
@@ -179,7 +179,7 @@ func (r *Registry) Available(ctx context.Context, ip string) (a Availability, er
 // The answer is not one atomic snapshot: each shard is read under its own
 // lock, all at the same instant.
 func (r *Registry) Lowest(ctx context.Context, k int) (entries []Entry, err error) {
-	ctx, span := r.tracer.Start(ctx, "tenant.Lowest")
+	ctx, span := r.startSpan(ctx, "tenant.Lowest")
 	defer func() {
 		if span.IsRecording() {
 			span.SetAttributes(attribute.Int("ratelimiter.k", k), attribute.Int("ratelimiter.tenants", len(entries)))
@@ -251,3 +251,16 @@ func registryFull(n, limit int64, retry time.Duration) limiter.Decision {
 func refillInterval(p limiter.Policy) time.Duration {
 	return (p.Period + time.Duration(p.Limit) - 1) / time.Duration(p.Limit)
 }
+
+// startSpan begins a child span of the caller's span. Under a caller's span
+// that is not recording (tracing off, or a trace not sampled) it starts
+// none, so the hot path costs nothing when tracing is off.
+func (r *Registry) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noSpan
+	}
+	return r.tracer.Start(ctx, name)
+}
+
+// noSpan records nothing and its End does nothing.
+var noSpan = trace.SpanFromContext(context.Background())

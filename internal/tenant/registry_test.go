@@ -330,10 +330,24 @@ func TestTracing(t *testing.T) {
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 
 	r := newRegistry(t, Config{Policy: limiter.Policy{Limit: 9, Period: time.Minute}}, newFakeClock())
-	ctx := context.Background()
-	mustAcquire(t, r, "203.0.113.7", 2)
-	mustAvailable(t, r, "203.0.113.7")
-	mustLowest(t, r, 3)
+
+	// Without a recording span to hang under, nothing is traced.
+	mustAcquire(t, r, "203.0.113.9", 1)
+	if len(rec.spans) != 0 {
+		t.Fatalf("got %d spans without a recording parent, want none", len(rec.spans))
+	}
+
+	// Under the server's recording span, each call is a child span.
+	ctx := trace.ContextWithSpan(context.Background(), &recordedSpan{name: "server", attrs: map[attribute.Key]attribute.Value{}})
+	for _, call := range []func() error{
+		func() error { _, err := r.Acquire(ctx, "203.0.113.7", 2); return err },
+		func() error { _, err := r.Available(ctx, "203.0.113.7"); return err },
+		func() error { _, err := r.Lowest(ctx, 3); return err },
+	} {
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	_, _ = r.Acquire(ctx, "bad", 1)
 
 	want := []struct {
