@@ -78,7 +78,7 @@ type Options struct {
 	AdminToken     string               // empty: limiter mutations are open
 	MaxBodyBytes   int64                // request body limit; 0 means 64 KiB
 	Logger         *slog.Logger         // nil: slog.Default()
-	TracerProvider trace.TracerProvider // nil: otel.GetTracerProvider()
+	TracerProvider trace.TracerProvider // nil: otel.GetTracerProvider(); a noop.TracerProvider turns tracing off entirely
 	MeterProvider  metric.MeterProvider // nil: otel.GetMeterProvider()
 	Metrics        http.Handler         // served at GET /metrics when non-nil
 	Ready          func() bool          // readiness; false during shutdown; nil: always ready

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -52,6 +53,11 @@ type telemetry struct {
 	decisions metric.Int64Counter
 	permits   metric.Int64Counter
 
+	// tracing is false under a no-op TracerProvider: requests then get
+	// no span at all and their trace context is not even read, since no
+	// span could ever carry it.
+	tracing bool
+
 	labels     sync.Map // limiter name -> *decisionOpts
 	labelCount atomic.Int64
 }
@@ -64,7 +70,8 @@ type decisionOpts struct {
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
 	m := mp.Meter(scope)
-	t := &telemetry{tracer: tp.Tracer(scope)}
+	_, off := tp.(noop.TracerProvider)
+	t := &telemetry{tracer: tp.Tracer(scope), tracing: !off}
 	var err error
 	t.duration, err = m.Float64Histogram("http.server.request.duration",
 		metric.WithUnit("s"),
@@ -238,7 +245,7 @@ func (s *server) startSpan(f gen.StrictHandlerFunc, operationID string) gen.Stri
 		if op == nil {
 			op = s.byID[operationID]
 		}
-		if op == nil || !op.traced {
+		if op == nil || !op.traced || !s.tel.tracing {
 			return f(ctx, w, r, request)
 		}
 		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))

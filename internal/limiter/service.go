@@ -86,7 +86,7 @@ func (s *Service) Delete(ctx context.Context, name string) (err error) {
 func (s *Service) Acquire(ctx context.Context, name string, permits int64) (d Decision, err error) {
 	ctx, span := s.start(ctx, "limiter.Acquire", name)
 	defer func() {
-		if err == nil {
+		if err == nil && span.IsRecording() {
 			span.SetAttributes(attribute.Int64("ratelimiter.permits", permits), attribute.Bool("ratelimiter.allowed", d.Allowed), attribute.Int64("ratelimiter.remaining", d.Remaining))
 		}
 		end(span, err)
