@@ -20,6 +20,9 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 step "go vet"
 go vet ./...
 
+step "go.mod and go.sum are tidy"
+go mod tidy -diff || fail "go mod tidy would change go.mod/go.sum (run go mod tidy and commit)"
+
 step "generated code is up to date (go generate ./...)"
 go generate ./...
 if [ -d .git ] || git rev-parse --git-dir >/dev/null 2>&1; then
