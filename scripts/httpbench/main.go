@@ -78,7 +78,11 @@ wrk.headers["Content-Type"] = "application/json"
 		return err
 	}
 
-	svcAddr, trivAddr := freeAddr(), freeAddr()
+	svcAddr, err1 := freeAddr()
+	trivAddr, err2 := freeAddr()
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
 	targets := []*target{
 		{name: "ratelimiter (memory backend, validation + metrics on, tracing default)",
 			cmd: exec.Command(filepath.Join(dir, "ratelimiter"), "--listen", svcAddr, "--log-level", "warn"),
@@ -249,13 +253,14 @@ func stat(xs []float64, format string) string {
 	return fmt.Sprintf(format+" ("+format+"–"+format+")", med, s[0], s[len(s)-1])
 }
 
-func freeAddr() string {
+// freeAddr returns a loopback address with a port nothing listens on.
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		panic(err)
+		return "", err
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 func waitListening(addr string) error {
