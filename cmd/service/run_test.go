@@ -274,3 +274,81 @@ func TestRunExits(t *testing.T) {
 		})
 	}
 }
+
+// A request in flight when shutdown begins is answered in full; only then
+// does run return.
+func TestShutdownLetsInFlightRequestsFinish(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	env := map[string]string{}
+	args := []string{"--listen", "127.0.0.1:0", "--tenant-limit", "5"}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stderr := newLogs()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, io.Discard, stderr) }()
+	var base string
+	select {
+	case addr := <-stderr.addr:
+		base = "http://" + addr
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not log a listening address")
+	}
+
+	// Start a request whose body arrives in two parts, and begin the
+	// shutdown between them.
+	body, send := io.Pipe()
+	type answer struct {
+		status  int
+		allowed bool
+		err     error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := http.Post(base+"/v1/tenants/203.0.113.7/acquire", "application/json", body)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var d struct{ Allowed bool }
+		err = json.NewDecoder(resp.Body).Decode(&d)
+		answered <- answer{status: resp.StatusCode, allowed: d.Allowed, err: err}
+	}()
+	if _, err := send.Write([]byte(`{"permits":`)); err != nil {
+		t.Fatal(err)
+	}
+	// The write returns once the client has taken the first part; give the
+	// server a moment to read the headers and block on the rest of the body,
+	// so that the request is in flight, not waiting to be accepted.
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(strings.Join(stderr.messages(), "|"), "shutting down") {
+		if time.Now().After(deadline) {
+			t.Fatal("run did not start shutting down")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("run returned with a request in flight: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := send.Write([]byte(`3}`)); err != nil {
+		t.Fatal(err)
+	}
+	send.Close()
+
+	a := <-answered
+	if a.err != nil || a.status != http.StatusOK || !a.allowed {
+		t.Errorf("in-flight acquire: got status %d, allowed %v, error %v; want 200 and allowed", a.status, a.allowed, a.err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after the in-flight request finished")
+	}
+}
