@@ -108,6 +108,27 @@ func (l *logs) messages() []string {
 	return msgs
 }
 
+// start runs the service in the process with args and env and returns its
+// base URL once it listens, its logs, the channel run's result arrives on,
+// and the cancel func that begins its shutdown.
+func start(t *testing.T, args []string, env map[string]string) (base string, stderr *logs, done chan error, cancel context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	stderr = newLogs()
+	done = make(chan error, 1)
+	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, io.Discard, stderr) }()
+	select {
+	case addr := <-stderr.addr:
+		return "http://" + addr, stderr, done, cancel
+	case err := <-done:
+		t.Fatalf("run returned before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not log a listening address")
+	}
+	return "", nil, nil, nil
+}
+
 func TestRunServesAndShutsDown(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
@@ -117,21 +138,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	env := map[string]string{"RATELIMITER_CONFIG": cfg, "RATELIMITER_SHUTDOWN_DELAY": "2s"}
 	args := []string{"--listen", "127.0.0.1:0", "--log-level", "debug"}
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	stderr := newLogs()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, io.Discard, stderr) }()
-
-	var base string
-	select {
-	case addr := <-stderr.addr:
-		base = "http://" + addr
-	case err := <-done:
-		t.Fatalf("run returned before listening: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not log a listening address")
-	}
+	base, stderr, done, cancel := start(t, args, env)
 
 	get(t, base+"/livez", http.StatusOK)
 	get(t, base+"/readyz", http.StatusOK)
@@ -281,18 +288,7 @@ func TestShutdownLetsInFlightRequestsFinish(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	env := map[string]string{}
 	args := []string{"--listen", "127.0.0.1:0", "--tenant-limit", "5"}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	stderr := newLogs()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, io.Discard, stderr) }()
-	var base string
-	select {
-	case addr := <-stderr.addr:
-		base = "http://" + addr
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not log a listening address")
-	}
+	base, stderr, done, cancel := start(t, args, env)
 
 	// Start a request whose body arrives in two parts, and begin the
 	// shutdown between them.

@@ -64,30 +64,13 @@ func (a *decisionAnswer) write(w http.ResponseWriter) error {
 	b = strconv.AppendInt(b, d.Remaining, 10)
 	b = append(b, `,"reset_after_ms":`...)
 	b = strconv.AppendInt(b, millis(d.ResetAfter), 10)
+	retryHeader := ""
 	if retry {
 		b = append(b, `,"retry_after_ms":`...)
 		b = strconv.AppendInt(b, millis(d.RetryAfter), 10)
+		retryHeader = strconv.FormatInt(*retryAfter(d.RetryAfter), 10)
 	}
-	if a.isTenant {
-		b = append(b, `,"tenant":`...)
-		b = appendJSONString(b, a.tenant)
-	}
-	b = append(b, "}\n"...)
-	*buf = b
-
-	h := w.Header()
-	h["Content-Type"] = contentTypeJSON
-	vals := make([]string, 3)
-	vals[0], vals[1] = a.rateLimit, a.policy
-	h[hdrRateLimit] = vals[0:1:1]
-	h[hdrPolicy] = vals[1:2:2]
-	if retry {
-		vals[2] = strconv.FormatInt(*retryAfter(d.RetryAfter), 10)
-		h[hdrRetryAfter] = vals[2:3:3]
-	}
-	w.WriteHeader(http.StatusOK)
-	_, err := w.Write(b)
-	return err
+	return writeAnswer(w, buf, b, a.isTenant, a.tenant, a.rateLimit, a.policy, retryHeader)
 }
 
 // availabilityAnswer is the 200 answer of getAvailable, and of
@@ -117,19 +100,30 @@ func (a *availabilityAnswer) write(w http.ResponseWriter) error {
 	b = strconv.AppendInt(b, a.a.Remaining, 10)
 	b = append(b, `,"reset_after_ms":`...)
 	b = strconv.AppendInt(b, millis(a.a.ResetAfter), 10)
-	if a.isTenant {
+	return writeAnswer(w, buf, b, a.isTenant, a.tenant, a.rateLimit, a.policy, "")
+}
+
+// writeAnswer ends the JSON object begun in b (adding the tenant when
+// isTenant), keeps the grown buffer in *buf for the pool, and writes a 200
+// with the rate-limit headers, plus Retry-After when retryAfter is set.
+func writeAnswer(w http.ResponseWriter, buf *[]byte, b []byte, isTenant bool, tenant, rateLimit, policy, retryAfter string) error {
+	if isTenant {
 		b = append(b, `,"tenant":`...)
-		b = appendJSONString(b, a.tenant)
+		b = appendJSONString(b, tenant)
 	}
 	b = append(b, "}\n"...)
 	*buf = b
 
 	h := w.Header()
 	h["Content-Type"] = contentTypeJSON
-	vals := make([]string, 2)
-	vals[0], vals[1] = a.rateLimit, a.policy
-	h[hdrRateLimit] = vals[0:1:1]
-	h[hdrPolicy] = vals[1:2:2]
+	// One backing array for all the header values: one allocation.
+	vals := [3]string{rateLimit, policy, retryAfter}
+	all := vals[:]
+	h[hdrRateLimit] = all[0:1:1]
+	h[hdrPolicy] = all[1:2:2]
+	if retryAfter != "" {
+		h[hdrRetryAfter] = all[2:3:3]
+	}
 	w.WriteHeader(http.StatusOK)
 	_, err := w.Write(b)
 	return err
