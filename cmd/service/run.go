@@ -50,8 +50,12 @@ func exitCode(err error, stderr io.Writer) int {
 // run is the service: it reads its configuration from args and getenv, serves
 // HTTP until ctx is done, then shuts down gracefully. It writes --help and
 // --version to stdout and its logs to stderr, and returns nil after a clean
-// shutdown; errors met while stopping are joined.
+// shutdown; errors met while stopping are joined. With "probe" as its first
+// argument it runs the probe subcommand instead.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	if len(args) > 0 && args[0] == "probe" {
+		return probe(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := config.Load(args, getenv)
 	switch {
 	case errors.Is(err, flag.ErrHelp):

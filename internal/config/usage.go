@@ -38,6 +38,9 @@ func Usage(w io.Writer, program string) {
 	b.WriteString("\nOther flags:\n")
 	b.WriteString("  --version\n" + wrap("Print the version and exit.", "      ", 80))
 	b.WriteString("  --help\n" + wrap("Print this help and exit.", "      ", 80))
+	fmt.Fprintf(&b, "\nSubcommands:\n  %s probe [--timeout 5s] URL\n", program)
+	b.WriteString(wrap("Send GET URL and exit 0 on a 2xx answer, 1 otherwise: a health check for images "+
+		"without a shell, e.g. probe http://127.0.0.1:8080/readyz.", "      ", 80))
 	b.WriteString(`
 Tracing (standard OpenTelemetry environment variables):
   OTEL_TRACES_EXPORTER         none (default), otlp or console
