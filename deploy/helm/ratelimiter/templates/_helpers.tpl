@@ -1,0 +1,287 @@
+{{/*
+The chart's name, or nameOverride. Truncated to 63 characters: some
+Kubernetes name fields are limited to that (the DNS label rule).
+*/}}
+{{- define "ratelimiter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name of the release's objects: fullnameOverride, or the release name
+when it already contains the chart name, or <release>-<name>; at most 63
+characters.
+*/}}
+{{- define "ratelimiter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The chart's name and version, as the helm.sh/chart label holds them.
+*/}}
+{{- define "ratelimiter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The labels every object of the release carries.
+*/}}
+{{- define "ratelimiter.labels" -}}
+helm.sh/chart: {{ include "ratelimiter.chart" . }}
+{{ include "ratelimiter.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "ratelimiter.imageTag" . | trunc 63 | trimAll "-_." | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+The labels that select the release's service pods: the Deployment's selector,
+the Service, the PodDisruptionBudget and the NetworkPolicy use them. The helm
+test pod must not carry both, or the Deployment's ReplicaSet would adopt it.
+*/}}
+{{- define "ratelimiter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ratelimiter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The labels of the helm test pod: the release's, without the name label the
+selector uses.
+*/}}
+{{- define "ratelimiter.testLabels" -}}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+{{- end }}
+
+{{/*
+The name of the ServiceAccount the pods run as.
+*/}}
+{{- define "ratelimiter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "ratelimiter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image tag: image.tag, or the chart's appVersion.
+*/}}
+{{- define "ratelimiter.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{/*
+The image reference: repository:tag, with @digest when a digest is set.
+*/}}
+{{- define "ratelimiter.image" -}}
+{{- $ref := printf "%s:%s" .Values.image.repository (include "ratelimiter.imageTag" .) }}
+{{- with .Values.image.digest }}
+{{- $ref = printf "%s@%s" $ref . }}
+{{- end }}
+{{- $ref }}
+{{- end }}
+
+{{/*
+The name of the Secret holding the admin token, empty when none is
+configured.
+*/}}
+{{- define "ratelimiter.adminTokenSecret" -}}
+{{- if .Values.adminToken.existingSecret }}
+{{- .Values.adminToken.existingSecret }}
+{{- else if .Values.adminToken.value }}
+{{- printf "%s-admin-token" (include "ratelimiter.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The key of the admin token in its Secret.
+*/}}
+{{- define "ratelimiter.adminTokenKey" -}}
+{{- if .Values.adminToken.existingSecret }}
+{{- .Values.adminToken.existingSecretKey }}
+{{- else }}
+{{- "admin-token" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the pods find their files.
+*/}}
+{{- define "ratelimiter.configDir" -}}/etc/ratelimiter/config{{- end }}
+{{- define "ratelimiter.adminTokenDir" -}}/etc/ratelimiter/admin-token{{- end }}
+
+{{/*
+terminationGracePeriodSeconds: the value set, or the shutdown delay and
+timeout plus a margin for the process to exit.
+*/}}
+{{- define "ratelimiter.minTerminationGracePeriodSeconds" -}}
+{{- add .Values.shutdown.delaySeconds .Values.shutdown.timeoutSeconds 5 }}
+{{- end }}
+{{- define "ratelimiter.terminationGracePeriodSeconds" -}}
+{{- if .Values.terminationGracePeriodSeconds }}
+{{- int64 .Values.terminationGracePeriodSeconds }}
+{{- else }}
+{{- include "ratelimiter.minTerminationGracePeriodSeconds" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The port of the OTLP endpoint: the one in otel.endpoint, or its scheme's
+default. Empty when no endpoint is set.
+*/}}
+{{- define "ratelimiter.otlpPort" -}}
+{{- with .Values.otel.endpoint }}
+{{- $url := urlParse . }}
+{{- $port := regexFind "[0-9]+$" (regexFind ":[0-9]+$" $url.host) }}
+{{- if $port }}
+{{- $port }}
+{{- else if eq $url.scheme "https" }}
+{{- 443 }}
+{{- else }}
+{{- 80 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The environment of the service container, as a YAML list. The names it sets
+are listed in ratelimiter.envNames, which extraEnv may not reuse.
+*/}}
+{{- define "ratelimiter.env" -}}
+- name: RATELIMITER_LISTEN
+  value: {{ printf ":%d" (int .Values.containerPort) | quote }}
+- name: RATELIMITER_BACKEND
+  value: {{ .Values.backend.type | quote }}
+- name: RATELIMITER_CONFIG
+  value: {{ printf "%s/config.yaml" (include "ratelimiter.configDir" .) | quote }}
+{{- if include "ratelimiter.adminTokenSecret" . }}
+- name: RATELIMITER_ADMIN_TOKEN_FILE
+  value: {{ printf "%s/token" (include "ratelimiter.adminTokenDir" .) | quote }}
+{{- end }}
+- name: RATELIMITER_MAX_BODY_BYTES
+  value: {{ int64 .Values.server.maxBodyBytes | quote }}
+- name: RATELIMITER_MAX_HEADER_BYTES
+  value: {{ int64 .Values.server.maxHeaderBytes | quote }}
+- name: RATELIMITER_READ_HEADER_TIMEOUT
+  value: {{ .Values.server.readHeaderTimeout | quote }}
+- name: RATELIMITER_READ_TIMEOUT
+  value: {{ .Values.server.readTimeout | quote }}
+- name: RATELIMITER_WRITE_TIMEOUT
+  value: {{ .Values.server.writeTimeout | quote }}
+- name: RATELIMITER_IDLE_TIMEOUT
+  value: {{ .Values.server.idleTimeout | quote }}
+- name: RATELIMITER_SHUTDOWN_DELAY
+  value: {{ printf "%ds" (int64 .Values.shutdown.delaySeconds) | quote }}
+- name: RATELIMITER_SHUTDOWN_TIMEOUT
+  value: {{ printf "%ds" (int64 .Values.shutdown.timeoutSeconds) | quote }}
+- name: RATELIMITER_LOG_LEVEL
+  value: {{ .Values.log.level | quote }}
+- name: RATELIMITER_LOG_FORMAT
+  value: {{ .Values.log.format | quote }}
+- name: OTEL_TRACES_EXPORTER
+  value: {{ .Values.otel.tracesExporter | quote }}
+{{- if ne .Values.otel.tracesExporter "none" }}
+{{- if .Values.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .Values.otel.endpoint | quote }}
+{{- end }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .Values.otel.protocol | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .Values.otel.sampler | quote }}
+{{- if ne (toString .Values.otel.samplerArg) "" }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ toString .Values.otel.samplerArg | quote }}
+{{- end }}
+{{- with .Values.otel.serviceName }}
+- name: OTEL_SERVICE_NAME
+  value: {{ . | quote }}
+{{- end }}
+- name: K8S_NAMESPACE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- /* Kubernetes expands $(VAR) from the variables defined above. */}}
+{{- $attrs := list "k8s.namespace.name=$(K8S_NAMESPACE_NAME)" "k8s.pod.name=$(K8S_POD_NAME)" }}
+{{- range $k, $v := .Values.otel.resourceAttributes }}
+{{- $attrs = append $attrs (printf "%s=%s" $k $v) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attrs | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checks the rules that involve several values, which the schema cannot
+express. Included by the Deployment, so every render runs it.
+*/}}
+{{- define "ratelimiter.validate" -}}
+{{- $v := .Values }}
+{{- if eq $v.backend.type "memory" }}
+{{- if and (not $v.autoscaling.enabled) (gt (int $v.replicaCount) 1) }}
+{{- fail (printf "replicaCount=%d with backend.type=memory: the memory backend keeps limiter state inside each pod, so every replica would enforce its own limits and callers could get up to %d times each limit. Set replicaCount to 1; to run more replicas use a shared backend (Redis, planned), which keeps one state for all of them." (int $v.replicaCount) (int $v.replicaCount)) }}
+{{- end }}
+{{- if and $v.autoscaling.enabled (gt (int $v.autoscaling.maxReplicas) 1) }}
+{{- fail (printf "autoscaling.maxReplicas=%d with backend.type=memory: the memory backend keeps limiter state inside each pod, so every replica would enforce its own limits and callers could get up to %d times each limit. Set autoscaling.maxReplicas to 1; to scale out use a shared backend (Redis, planned), which keeps one state for all replicas." (int $v.autoscaling.maxReplicas) (int $v.autoscaling.maxReplicas)) }}
+{{- end }}
+{{- end }}
+{{- if $v.autoscaling.enabled }}
+{{- if gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas) }}
+{{- fail (printf "autoscaling.minReplicas=%d is above autoscaling.maxReplicas=%d" (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
+{{- end }}
+{{- if not (or $v.autoscaling.targetCPUUtilizationPercentage $v.autoscaling.targetMemoryUtilizationPercentage) }}
+{{- fail "autoscaling is enabled but both autoscaling.targetCPUUtilizationPercentage and autoscaling.targetMemoryUtilizationPercentage are 0: set at least one" }}
+{{- end }}
+{{- end }}
+{{- $min := int (include "ratelimiter.minTerminationGracePeriodSeconds" .) }}
+{{- if and $v.terminationGracePeriodSeconds (lt (int $v.terminationGracePeriodSeconds) $min) }}
+{{- fail (printf "terminationGracePeriodSeconds=%d is too short: shutdown.delaySeconds (%d) + shutdown.timeoutSeconds (%d) + 5 seconds to exit need at least %d, or Kubernetes kills the pod while it still drains requests. Raise it, or set it to 0 to derive it." (int $v.terminationGracePeriodSeconds) (int $v.shutdown.delaySeconds) (int $v.shutdown.timeoutSeconds) $min) }}
+{{- end }}
+{{- $notReadyAfter := mul $v.readinessProbe.periodSeconds $v.readinessProbe.failureThreshold }}
+{{- if and $v.shutdown.delaySeconds (ge (int $notReadyAfter) (int $v.shutdown.delaySeconds)) }}
+{{- fail (printf "readinessProbe.periodSeconds (%d) x readinessProbe.failureThreshold (%d) = %d seconds must be less than shutdown.delaySeconds (%d): otherwise the pod closes its listener before the readiness probe has taken it out of the Service. Shorten the probe or lengthen the delay." (int $v.readinessProbe.periodSeconds) (int $v.readinessProbe.failureThreshold) (int $notReadyAfter) (int $v.shutdown.delaySeconds)) }}
+{{- end }}
+{{- if and $v.adminToken.value $v.adminToken.existingSecret }}
+{{- fail "adminToken.value and adminToken.existingSecret are both set: set one" }}
+{{- end }}
+{{- if and $v.podDisruptionBudget.enabled (ne (toString $v.podDisruptionBudget.minAvailable) "") (ne (toString $v.podDisruptionBudget.maxUnavailable) "") }}
+{{- fail "podDisruptionBudget.minAvailable and podDisruptionBudget.maxUnavailable are both set: set one, and the other to \"\"" }}
+{{- end }}
+{{- if and $v.podDisruptionBudget.enabled (eq (toString $v.podDisruptionBudget.minAvailable) "") (eq (toString $v.podDisruptionBudget.maxUnavailable) "") }}
+{{- fail "podDisruptionBudget is enabled but neither minAvailable nor maxUnavailable is set" }}
+{{- end }}
+{{- $names := list }}
+{{- range (include "ratelimiter.env" . | fromYamlArray) }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- range $v.extraEnv }}
+{{- if has .name $names }}
+{{- fail (printf "extraEnv sets %s, which the chart sets from its values: set the matching value instead" .name) }}
+{{- end }}
+{{- end }}
+{{- $seen := dict }}
+{{- range $i, $l := $v.config.limiters }}
+{{- if hasKey $seen $l.name }}
+{{- fail (printf "config.limiters[%d]: duplicate name %q, first declared at config.limiters[%v]" $i $l.name (get $seen $l.name)) }}
+{{- end }}
+{{- $_ := set $seen $l.name (toString $i) }}
+{{- if gt (int64 ($l.burst | default 0)) (int64 $l.limit) }}
+{{- fail (printf "config.limiters[%d] (%s): burst %d is above the limit %d" $i $l.name (int64 $l.burst) (int64 $l.limit)) }}
+{{- end }}
+{{- end }}
+{{- if gt (int64 $v.config.tenants.burst) (int64 $v.config.tenants.limit) }}
+{{- fail (printf "config.tenants: burst %d is above the limit %d" (int64 $v.config.tenants.burst) (int64 $v.config.tenants.limit)) }}
+{{- end }}
+{{- end }}
