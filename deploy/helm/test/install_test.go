@@ -1,0 +1,541 @@
+//go:build apiserver
+
+// The install test needs etcd, kube-apiserver and helm binaries, so it is
+// built only with the apiserver tag: scripts/helm-install-test.sh builds the
+// three from pinned modules and runs it. Pods never start (there is no
+// kubelet or controller manager); what is tested is that a real API server
+// accepts, stores, updates and deletes every object the chart makes.
+
+package helmtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	installRelease   = "rl"
+	installNamespace = "ratelimiter-install"
+)
+
+// cluster is a kube-apiserver backed by etcd, both on loopback.
+type cluster struct {
+	kubeconfig string
+	config     *rest.Config
+}
+
+func TestInstall(t *testing.T) {
+	etcd, apiserver, helmPath := binary(t, "RATELIMITER_ETCD"), binary(t, "RATELIMITER_KUBE_APISERVER"), binary(t, "RATELIMITER_HELM")
+	c := startCluster(t, etcd, apiserver)
+	kube := kubernetes.NewForConfigOrDie(c.config)
+	ctx := t.Context()
+
+	// helm runs the helm command and returns its output; with log set the
+	// output goes to the test log too.
+	helm := func(log bool, args ...string) (string, error) {
+		t.Helper()
+		dir := t.TempDir()
+		cmd := exec.CommandContext(ctx, helmPath, append(args, "--kubeconfig", c.kubeconfig)...)
+		cmd.Env = append(os.Environ(),
+			"HELM_CACHE_HOME="+filepath.Join(dir, "cache"),
+			"HELM_CONFIG_HOME="+filepath.Join(dir, "config"),
+			"HELM_DATA_HOME="+filepath.Join(dir, "data"))
+		out, err := cmd.CombinedOutput()
+		if log || err != nil {
+			t.Logf("$ helm %s\n%s", strings.Join(args, " "), out)
+		}
+		return string(out), err
+	}
+	helmRun := func(args ...string) string {
+		t.Helper()
+		out, err := helm(true, args...)
+		if err != nil {
+			t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+		}
+		return out
+	}
+	manifest := func() []*unstructured.Unstructured {
+		t.Helper()
+		out, err := helm(false, "get", "manifest", installRelease, "--namespace", installNamespace)
+		if err != nil {
+			t.Fatalf("helm get manifest: %v", err)
+		}
+		return manifestObjects(t, out)
+	}
+	chart := filepath.Join("..", "ratelimiter")
+
+	// Several replicas on the in-memory backend would each enforce the
+	// whole limit: the chart refuses them before anything is created.
+	out, err := helm(true, "install", "refused", chart, "--namespace", installNamespace, "--create-namespace",
+		"--set", "replicaCount=3")
+	if err == nil || !strings.Contains(out, "replica") {
+		t.Fatalf("helm install with replicaCount=3: err = %v, output %q; want a refusal that explains replicas", err, out)
+	}
+	if releases, _ := helm(false, "list", "--namespace", installNamespace, "--all", "--short"); strings.TrimSpace(releases) != "" {
+		t.Fatalf("helm list after the refused install = %q, want no releases", releases)
+	}
+
+	// Install with the admin token, a limiter, and the optional objects on.
+	helmRun("install", installRelease, chart, "--namespace", installNamespace, "--create-namespace",
+		"--set", "adminToken.value=install-token",
+		"--set", "networkPolicy.enabled=true",
+		"--set", "config.limiters[0].name=upstream",
+		"--set", "config.limiters[0].limit=5",
+		"--set", "config.limiters[0].period=1m")
+	objects := manifest()
+	if len(objects) == 0 {
+		t.Fatal("helm get manifest listed no objects")
+	}
+	checkExist(t, c, objects)
+
+	dep, err := kube.AppsV1().Deployments(installNamespace).Get(ctx, installRelease+"-ratelimiter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get deployment: %v", err)
+	}
+	checkDeployment(t, dep)
+	cm, err := kube.CoreV1().ConfigMaps(installNamespace).Get(ctx, installRelease+"-ratelimiter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get configmap: %v", err)
+	}
+	file := configFile(t, cm)
+	if !strings.Contains(file, "name: upstream") || !strings.Contains(file, "limit: 5") {
+		t.Errorf("config file in the ConfigMap = %q, want the upstream limiter with limit 5", file)
+	}
+	var secretName string
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secretName = v.Secret.SecretName
+		}
+	}
+	if secretName == "" {
+		t.Fatalf("deployment mounts no secret: volumes %+v", dep.Spec.Template.Spec.Volumes)
+	}
+	secret, err := kube.CoreV1().Secrets(installNamespace).Get(ctx, secretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get secret: %v", err)
+	}
+	if len(secret.Data) != 1 {
+		t.Errorf("secret %s holds %d keys, want the admin token only", secretName, len(secret.Data))
+	}
+	for key, value := range secret.Data {
+		if string(value) != "install-token" {
+			t.Errorf("secret %s key %s = %q, want %q", secretName, key, value, "install-token")
+		}
+	}
+	checksum := dep.Spec.Template.Annotations["checksum/config"]
+	if checksum == "" {
+		t.Fatalf("deployment pod template has no checksum/config annotation: %v", dep.Spec.Template.Annotations)
+	}
+
+	// Upgrade with a changed per-IP policy: the ConfigMap follows and the
+	// pod template changes, so the pods roll.
+	helmRun("upgrade", installRelease, chart, "--namespace", installNamespace, "--reuse-values",
+		"--set", "config.tenants.limit=7",
+		"--set", "config.tenants.period=10s")
+	cm, err = kube.CoreV1().ConfigMaps(installNamespace).Get(ctx, installRelease+"-ratelimiter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get configmap after upgrade: %v", err)
+	}
+	file = configFile(t, cm)
+	if !strings.Contains(file, "limit: 7") || !strings.Contains(file, "period: 10s") {
+		t.Errorf("config file after upgrade = %q, want tenants limit 7 per 10s", file)
+	}
+	dep, err = kube.AppsV1().Deployments(installNamespace).Get(ctx, installRelease+"-ratelimiter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get deployment after upgrade: %v", err)
+	}
+	if got := dep.Spec.Template.Annotations["checksum/config"]; got == checksum {
+		t.Errorf("checksum/config after upgrade = %s, unchanged: pods would not roll", got)
+	}
+	if dep.Generation < 2 {
+		t.Errorf("deployment generation after upgrade = %d, want >= 2", dep.Generation)
+	}
+	history := helmRun("history", installRelease, "--namespace", installNamespace)
+	if !strings.Contains(history, "Upgrade complete") {
+		t.Errorf("helm history has no completed upgrade:\n%s", history)
+	}
+	objects = manifest()
+	checkExist(t, c, objects)
+
+	// Uninstall removes every object the release made.
+	helmRun("uninstall", installRelease, "--namespace", installNamespace, "--wait", "--timeout", "60s")
+	checkGone(t, c, objects)
+	if out := helmRun("list", "--namespace", installNamespace, "--all", "--short"); strings.TrimSpace(out) != "" {
+		t.Errorf("helm list after uninstall = %q, want no releases", out)
+	}
+}
+
+// binary returns the path an environment variable names, failing the test
+// when it is unset or not executable: this test never skips.
+func binary(t *testing.T, env string) string {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		t.Fatalf("%s is not set: run scripts/helm-install-test.sh, which builds etcd, kube-apiserver and helm", env)
+	}
+	if info, err := os.Stat(path); err != nil || info.Mode()&0o111 == 0 {
+		t.Fatalf("%s=%s is not an executable file (%v)", env, path, err)
+	}
+	return path
+}
+
+func checkDeployment(t *testing.T, dep *appsv1.Deployment) {
+	t.Helper()
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 1 {
+		t.Errorf("deployment replicas = %v, want 1", dep.Spec.Replicas)
+	}
+	pod := dep.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("deployment has %d containers, want 1", len(pod.Containers))
+	}
+	ctr := pod.Containers[0]
+	for name, p := range map[string]*corev1.Probe{"liveness": ctr.LivenessProbe, "readiness": ctr.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil {
+			t.Errorf("%s probe = %+v, want an HTTP GET probe", name, p)
+			continue
+		}
+		want := map[string]string{"liveness": "/livez", "readiness": "/readyz"}[name]
+		if p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "http" {
+			t.Errorf("%s probe = GET %s on port %s, want GET %s on port http", name, p.HTTPGet.Path, p.HTTPGet.Port.String(), want)
+		}
+	}
+	sc := ctr.SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatal("container has no securityContext")
+	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+		t.Errorf("runAsNonRoot = %v, want true", sc.RunAsNonRoot)
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Errorf("readOnlyRootFilesystem = %v, want true", sc.ReadOnlyRootFilesystem)
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Errorf("allowPrivilegeEscalation = %v, want false", sc.AllowPrivilegeEscalation)
+	case sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL":
+		t.Errorf("capabilities = %+v, want drop ALL", sc.Capabilities)
+	}
+	seccomp := sc.SeccompProfile
+	if seccomp == nil && pod.SecurityContext != nil {
+		seccomp = pod.SecurityContext.SeccompProfile
+	}
+	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile = %+v, want RuntimeDefault", seccomp)
+	}
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e.Value
+	}
+	for _, name := range []string{"RATELIMITER_CONFIG", "RATELIMITER_ADMIN_TOKEN_FILE", "RATELIMITER_SHUTDOWN_DELAY"} {
+		if env[name] == "" {
+			t.Errorf("container env %s is unset; env = %v", name, env)
+		}
+	}
+	t.Logf("deployment %s/%s: image %s, probes /livez and /readyz, non-root, read-only root, grace %ds",
+		dep.Namespace, dep.Name, ctr.Image, *pod.TerminationGracePeriodSeconds)
+}
+
+func configFile(t *testing.T, cm *corev1.ConfigMap) string {
+	t.Helper()
+	if len(cm.Data) != 1 {
+		t.Fatalf("configmap %s holds %d keys, want one config file", cm.Name, len(cm.Data))
+	}
+	for _, v := range cm.Data {
+		return v
+	}
+	return ""
+}
+
+// manifestObjects parses helm's rendered manifest into objects.
+func manifestObjects(t *testing.T, manifest string) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	for _, doc := range strings.Split(manifest, "\n---") {
+		if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {
+			continue
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("parse manifest document: %v\n%s", err, doc)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
+}
+
+// resource finds where obj lives in the API server.
+func resource(t *testing.T, c *cluster, obj *unstructured.Unstructured) dynamic.ResourceInterface {
+	t.Helper()
+	dc := discovery.NewDiscoveryClientForConfigOrDie(c.config)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	gvk := obj.GroupVersionKind()
+	mapping, err := mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
+	if err != nil {
+		t.Fatalf("no resource for %s: %v", gvk, err)
+	}
+	client := dynamic.NewForConfigOrDie(c.config).Resource(mapping.Resource)
+	if mapping.Scope.Name() == "namespace" {
+		ns := obj.GetNamespace()
+		if ns == "" {
+			ns = installNamespace
+		}
+		return client.Namespace(ns)
+	}
+	return client
+}
+
+func checkExist(t *testing.T, c *cluster, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, obj := range objs {
+		got, err := resource(t, c, obj).Get(t.Context(), obj.GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("%s %s: %v", obj.GetKind(), obj.GetName(), err)
+			continue
+		}
+		t.Logf("in the API server: %-24s %s/%s (uid %s, resourceVersion %s)",
+			got.GetKind(), got.GetNamespace(), got.GetName(), got.GetUID(), got.GetResourceVersion())
+	}
+}
+
+func checkGone(t *testing.T, c *cluster, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, obj := range objs {
+		_, err := resource(t, c, obj).Get(t.Context(), obj.GetName(), metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("%s %s after uninstall: err = %v, want NotFound", obj.GetKind(), obj.GetName(), err)
+			continue
+		}
+		t.Logf("removed: %s %s", obj.GetKind(), obj.GetName())
+	}
+}
+
+// startCluster starts etcd and kube-apiserver on loopback ports and stops
+// them, API server first, when the test ends.
+func startCluster(t *testing.T, etcd, apiserver string) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	clientPort, peerPort, securePort := freePort(t), freePort(t), freePort(t)
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	etcdExited := startProcess(t, dir, "etcd", etcd,
+		"--name", "default",
+		"--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "default="+peerURL,
+		"--listen-metrics-urls", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+	waitHTTP(t, http.DefaultClient, etcdURL+"/health", "", etcdExited)
+
+	token := randomHex(t)
+	write(t, filepath.Join(dir, "tokens.csv"), token+",admin,admin,system:masters\n")
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "sa.key"), string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})))
+	write(t, filepath.Join(dir, "sa.pub"), string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})))
+	apiserverExited := startProcess(t, dir, "kube-apiserver", apiserver,
+		"--etcd-servers", etcdURL,
+		// No endpoint reconciler: it refuses a loopback advertise address.
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--endpoint-reconciler-type", "none",
+		"--secure-port", fmt.Sprint(securePort),
+		"--cert-dir", filepath.Join(dir, "certs"),
+		"--token-auth-file", filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode", "AlwaysAllow",
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
+		"--service-cluster-ip-range", "10.96.0.0/16",
+		"--enable-priority-and-fairness=false")
+
+	server := fmt.Sprintf("https://127.0.0.1:%d", securePort)
+	// The server's certificate is self-signed at start-up; the connection
+	// never leaves loopback.
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	waitHTTP(t, insecure, server+"/readyz", token, apiserverExited)
+
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	write(t, kubeconfig, fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: %s
+    insecure-skip-tls-verify: true
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: local
+  context: {cluster: local, user: admin}
+current-context: local
+`, server, token))
+	config, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := discovery.NewDiscoveryClientForConfigOrDie(config).ServerVersion()
+	if err != nil {
+		t.Fatalf("server version: %v", err)
+	}
+	t.Logf("kube-apiserver %s on %s, etcd on %s", version.GitVersion, server, etcdURL)
+	return &cluster{kubeconfig: kubeconfig, config: config}
+}
+
+// startProcess runs a server process with its output in dir/name.log, and
+// stops it with SIGTERM (then SIGKILL) when the test ends. If the test
+// fails, the log's tail is printed. The returned channel is closed when the
+// process exits.
+func startProcess(t *testing.T, dir, name, path string, args ...string) <-chan struct{} {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("%s did not stop within 20s of SIGTERM", name)
+		}
+		logFile.Close()
+		if t.Failed() {
+			t.Logf("last lines of %s:\n%s", logPath, tail(logPath, 30))
+		}
+		t.Logf("stopped %s", name)
+	})
+	return exited
+}
+
+// waitHTTP polls url until it answers 200, for up to two minutes or until
+// the server's process exits.
+func waitHTTP(t *testing.T, client *http.Client, url, token string, exited <-chan struct{}) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, body)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s not ready after 2m: %s", url, last)
+		case <-exited:
+			t.Fatalf("the server exited before %s answered 200 (last: %s)", url, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func randomHex(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+		lines = append(lines, err.Error())
+	}
+	return strings.Join(lines, "\n")
+}

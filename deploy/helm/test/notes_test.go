@@ -1,0 +1,119 @@
+package helmtest
+
+import (
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+)
+
+// renderNotes renders templates/NOTES.txt, which helm template leaves out,
+// with helm's own template engine.
+func renderNotes(t *testing.T, vs valueSet) string {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps.KubeVersion = *kv
+	opts := chartutil.ReleaseOptions{Name: releaseName, Namespace: namespace, Revision: 1, IsInstall: true}
+	values, err := chartutil.ToRenderValues(ch, vs.values(t), opts, caps)
+	if err != nil {
+		t.Fatalf("values: %v", err)
+	}
+	out, err := engine.Render(ch, values)
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	notes, ok := out[ch.Name()+"/templates/NOTES.txt"]
+	if !ok {
+		t.Fatal("no NOTES.txt rendered")
+	}
+	return notes
+}
+
+// TestNotes checks that the notes printed after an install tell how to
+// reach the API and its documentation, and warn when limiter mutations are
+// open to every caller.
+func TestNotes(t *testing.T) {
+	t.Parallel()
+	const openWarning = "WARNING: no admin token is configured"
+	tests := []struct {
+		name          string
+		values        string
+		want, notWant []string
+	}{
+		{
+			name:   "defaults",
+			values: "",
+			want: []string{
+				"http://rel-ratelimiter.limits.svc:8080",
+				"kubectl --namespace limits port-forward service/rel-ratelimiter 8080:8080",
+				"BASE=http://localhost:8080",
+				"$BASE/docs",
+				"curl $BASE/readyz",
+				"curl -X POST $BASE/v1/tenants/203.0.113.7/acquire",
+				openWarning,
+				"helm test rel --namespace limits",
+			},
+			notWant: []string{"Authorization: Bearer"},
+		},
+		{
+			name:    "token from the chart",
+			values:  "adminToken: {value: t0ken}\n",
+			want:    []string{"secret rel-ratelimiter-admin-token -o jsonpath='{.data.admin-token}'", "Authorization: Bearer $TOKEN"},
+			notWant: []string{openWarning, "t0ken"},
+		},
+		{
+			name:    "token from an existing Secret",
+			values:  "adminToken: {existingSecret: limits-admin, existingSecretKey: api.token}\n",
+			want:    []string{`secret limits-admin -o jsonpath='{.data.api\.token}'`, "Authorization: Bearer $TOKEN"},
+			notWant: []string{openWarning},
+		},
+		{
+			name:   "a limiter to try",
+			values: "config: {limiters: [{name: github-api, limit: 10, period: 1s}]}\nservice: {port: 80}\n",
+			want:   []string{"port-forward service/rel-ratelimiter 8080:80", "curl -X POST $BASE/v1/limiters/github-api/acquire"},
+		},
+		{
+			name:    "node port",
+			values:  "service: {type: NodePort}\n",
+			want:    []string{"jsonpath='{.spec.ports[0].nodePort}'", "BASE=http://$NODE_IP:$NODE_PORT"},
+			notWant: []string{"port-forward"},
+		},
+		{
+			name:    "load balancer",
+			values:  "service: {type: LoadBalancer, port: 80}\n",
+			want:    []string{".status.loadBalancer.ingress[0]", "BASE=http://$LB:80"},
+			notWant: []string{"port-forward"},
+		},
+		{
+			name:   "disruption budget that blocks drains",
+			values: "podDisruptionBudget: {minAvailable: 1, maxUnavailable: ''}\n",
+			want:   []string{"node\ndrains will wait forever"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			notes := renderNotes(t, valueSet{name: tt.name, extra: tt.values})
+			for _, want := range tt.want {
+				if !strings.Contains(notes, want) {
+					t.Errorf("notes do not contain %q:\n%s", want, notes)
+				}
+			}
+			for _, notWant := range tt.notWant {
+				if strings.Contains(notes, notWant) {
+					t.Errorf("notes contain %q:\n%s", notWant, notes)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,164 @@
+package helmtest
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSchemaRejectsBadValues checks that values.schema.json refuses values
+// that cannot work, before anything renders, with an error that names the
+// key and the problem.
+func TestSchemaRejectsBadValues(t *testing.T) {
+	t.Parallel()
+	const schemaError = "values don't meet the specifications of the schema"
+	tests := []struct {
+		name   string
+		values string
+		want   []string // in helm's error
+	}{
+		{"unknown top-level key", "replicas: 1\n", []string{"at ''", "additional properties 'replicas' not allowed"}},
+		{"unknown nested key", "config:\n  tenants:\n    ipv6Prefix: 48\n", []string{"at '/config/tenants'", "additional properties 'ipv6Prefix' not allowed"}},
+		{"unknown key in a limiter", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, window: 1s}\n", []string{"at '/config/limiters/0'", "'window' not allowed"}},
+		{"unknown key in a security context", "securityContext:\n  runAsRoot: true\n", []string{"at '/securityContext'", "'runAsRoot' not allowed"}},
+		{"unknown key deep in affinity", "affinity:\n  nodeAffinity:\n    requiredDuringScheduling: {}\n", []string{"at '/affinity/nodeAffinity'", "'requiredDuringScheduling' not allowed"}},
+		{"wrong type", "replicaCount: one\n", []string{"at '/replicaCount'", "got string, want integer"}},
+		{"wrong type nested", "service:\n  port: \"8080\"\n", []string{"at '/service/port'", "got string, want integer"}},
+		{"negative replicas", "replicaCount: -1\n", []string{"at '/replicaCount'", "minimum: got -1, want 0"}},
+		{"bad backend", "backend:\n  type: redis\n", []string{"at '/backend/type'", "value must be 'memory'"}},
+		{"bad service type", "service:\n  type: ExternalName\n", []string{"at '/service/type'", "value must be one of"}},
+		{"bad traces exporter", "otel:\n  tracesExporter: jaeger\n", []string{"at '/otel/tracesExporter'", "value must be one of"}},
+		{"bad log level", "log:\n  level: verbose\n", []string{"at '/log/level'", "value must be one of"}},
+		{"port out of range", "containerPort: 70000\n", []string{"at '/containerPort'", "maximum"}},
+		{"limiter without a period", "config:\n  limiters:\n    - {name: a, limit: 1}\n", []string{"at '/config/limiters/0'", "missing property 'period'"}},
+		{"bad limiter name", "config:\n  limiters:\n    - {name: -a, limit: 1, period: 1s}\n", []string{"at '/config/limiters/0/name'", "does not match pattern"}},
+		{"limit above the maximum", "config:\n  limiters:\n    - {name: a, limit: 1000000001, period: 1s}\n", []string{"at '/config/limiters/0/limit'", "maximum"}},
+		{"period not a duration", "config:\n  tenants:\n    period: 1 minute\n", []string{"at '/config/tenants/period'", "does not match pattern"}},
+		{"burst with sliding_log", "config:\n  tenants:\n    algorithm: sliding_log\n    burst: 5\n", []string{"at '/config/tenants/burst'", "value must be 0"}},
+		{"IPv6 prefix too long", "config:\n  tenants:\n    ipv6_prefix: 128\n", []string{"at '/config/tenants/ipv6_prefix'", "maximum: got 128, want 64"}},
+		{"admin token with a space", "adminToken:\n  value: two words\n", []string{"at '/adminToken/value'", "does not match pattern"}},
+		{"zero timeout", "server:\n  readTimeout: 0s\n", []string{"at '/server/readTimeout'"}},
+		{"negative shutdown delay", "shutdown:\n  delaySeconds: -5\n", []string{"at '/shutdown/delaySeconds'", "minimum"}},
+		{"sampler ratio above 1", "otel:\n  samplerArg: 1.5\n", []string{"at '/otel/samplerArg'", "maximum"}},
+		{"endpoint not a URL", "otel:\n  endpoint: collector:4317\n", []string{"at '/otel/endpoint'", "does not match pattern"}},
+		{"bad quantity", "resources:\n  limits:\n    memory: lots\n", []string{"at '/resources/limits/memory'", "does not match pattern"}},
+		{"env var with value and valueFrom", "extraEnv:\n  - name: A\n    value: x\n    valueFrom: {fieldRef: {fieldPath: metadata.name}}\n", []string{"at '/extraEnv/0'", "'not' failed"}},
+		{"bad pod label value", "podLabels:\n  tier: two words\n", []string{"at '/podLabels/tier'", "does not match pattern"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			msg := mustFail(t, valueSet{name: tt.name, extra: tt.values})
+			for _, want := range append([]string{schemaError}, tt.want...) {
+				if !strings.Contains(msg, want) {
+					t.Errorf("got error:\n%s\nwant it to contain %q", msg, want)
+				}
+			}
+		})
+	}
+}
+
+// TestRenderRejectsInconsistentValues checks the rules that involve several
+// values, which the templates enforce with an explanatory message.
+func TestRenderRejectsInconsistentValues(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		values string
+		want   []string // in helm's error; empty: the render succeeds
+	}{
+		{"one replica on memory", "replicaCount: 1\n", nil},
+		{"scaled to zero on memory", "replicaCount: 0\n", nil},
+		{"two replicas on memory", "replicaCount: 2\n", []string{
+			"replicaCount=2 with backend.type=memory",
+			"every replica would enforce its own limits",
+			"up to 2 times each limit",
+			"Redis",
+		}},
+		{"five replicas on memory", "replicaCount: 5\n", []string{"replicaCount=5", "up to 5 times each limit", "Redis"}},
+		{"autoscaler held at one replica", "autoscaling: {enabled: true, minReplicas: 1, maxReplicas: 1}\n", nil},
+		{"autoscaler up to three replicas on memory", "autoscaling: {enabled: true, maxReplicas: 3}\n", []string{
+			"autoscaling.maxReplicas=3 with backend.type=memory",
+			"up to 3 times each limit",
+			"Redis",
+		}},
+		{"autoscaler ignores replicaCount", "replicaCount: 2\nautoscaling: {enabled: true, maxReplicas: 1}\n", nil},
+		{"autoscaler min above max", "autoscaling: {enabled: true, minReplicas: 2, maxReplicas: 1}\n", []string{"autoscaling.minReplicas=2 is above autoscaling.maxReplicas=1"}},
+		{"autoscaler without a target", "autoscaling: {enabled: true, targetCPUUtilizationPercentage: 0}\n", []string{"set at least one"}},
+		{"readiness too slow for the delay", "shutdown: {delaySeconds: 4}\n", []string{
+			"readinessProbe.periodSeconds (2) x readinessProbe.failureThreshold (2) = 4 seconds must be less than shutdown.delaySeconds (4)",
+		}},
+		{"readiness fast enough for the delay", "shutdown: {delaySeconds: 5}\n", nil},
+		{"no shutdown delay", "shutdown: {delaySeconds: 0}\n", nil},
+		{"admin token twice", "adminToken: {value: a, existingSecret: b}\n", []string{"adminToken.value and adminToken.existingSecret are both set"}},
+		{"extra env overrides the chart's", "extraEnv:\n  - {name: RATELIMITER_BACKEND, value: memory}\n", []string{"extraEnv sets RATELIMITER_BACKEND"}},
+		{"extra env overrides an OTel setting", "otel: {tracesExporter: console}\nextraEnv:\n  - {name: OTEL_TRACES_SAMPLER, value: always_on}\n", []string{"extraEnv sets OTEL_TRACES_SAMPLER"}},
+		{"extra env of its own", "extraEnv:\n  - {name: OTEL_EXPORTER_OTLP_HEADERS, value: a=b}\n", nil},
+		{"duplicate limiter", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s}\n    - {name: a, limit: 2, period: 1s}\n", []string{
+			`config.limiters[1]: duplicate name "a", first declared at config.limiters[0]`,
+		}},
+		{"limiter burst above its limit", "config:\n  limiters:\n    - {name: a, limit: 5, period: 1s, burst: 6}\n", []string{"config.limiters[0] (a): burst 6 is above the limit 5"}},
+		{"per-IP burst above the limit", "config:\n  tenants: {limit: 5, burst: 6}\n", []string{"config.tenants: burst 6 is above the limit 5"}},
+		{"disruption budget both ways", "podDisruptionBudget: {minAvailable: 1, maxUnavailable: 1}\n", []string{"set one"}},
+		{"disruption budget neither way", "podDisruptionBudget: {minAvailable: \"\", maxUnavailable: \"\"}\n", []string{"neither minAvailable nor maxUnavailable"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			vs := valueSet{name: tt.name, extra: tt.values}
+			if tt.want == nil {
+				render(t, vs)
+				return
+			}
+			msg := mustFail(t, vs)
+			for _, want := range tt.want {
+				if !strings.Contains(msg, want) {
+					t.Errorf("got error:\n%s\nwant it to contain %q", msg, want)
+				}
+			}
+		})
+	}
+}
+
+// TestTerminationGracePeriod checks that Kubernetes waits at least the
+// shutdown delay plus the shutdown timeout before it kills a pod.
+func TestTerminationGracePeriod(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		values  string
+		want    int64
+		wantErr string
+	}{
+		{name: "derived from the defaults", values: "", want: 10 + 20 + 5},
+		{name: "derived from the shutdown values", values: "shutdown: {delaySeconds: 30, timeoutSeconds: 60}\n", want: 30 + 60 + 5},
+		{name: "derived without a delay", values: "shutdown: {delaySeconds: 0, timeoutSeconds: 1}\n", want: 0 + 1 + 5},
+		{name: "set above the minimum", values: "terminationGracePeriodSeconds: 120\n", want: 120},
+		{name: "set to the minimum", values: "terminationGracePeriodSeconds: 35\n", want: 35},
+		{name: "set below the minimum", values: "terminationGracePeriodSeconds: 34\n",
+			wantErr: "terminationGracePeriodSeconds=34 is too short: shutdown.delaySeconds (10) + shutdown.timeoutSeconds (20) + 5 seconds to exit need at least 35"},
+		{name: "below after the timeout grew", values: "terminationGracePeriodSeconds: 60\nshutdown: {timeoutSeconds: 50}\n",
+			wantErr: "need at least 65"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			vs := valueSet{name: tt.name, extra: tt.values}
+			if tt.wantErr != "" {
+				if msg := mustFail(t, vs); !strings.Contains(msg, tt.wantErr) {
+					t.Errorf("got error:\n%s\nwant it to contain %q", msg, tt.wantErr)
+				}
+				return
+			}
+			m := render(t, vs)
+			got := deref(m.Deployment.Spec.Template.Spec.TerminationGracePeriodSeconds)
+			if got != tt.want {
+				t.Fatalf("terminationGracePeriodSeconds: got %v, want %d", got, tt.want)
+			}
+			cfg, _ := serviceConfig(t, m, "")
+			if grace := float64(tt.want); grace < (cfg.ShutdownDelay + cfg.ShutdownTimeout).Seconds() {
+				t.Errorf("terminationGracePeriodSeconds %v is less than the service's shutdown delay %s + timeout %s",
+					got, cfg.ShutdownDelay, cfg.ShutdownTimeout)
+			}
+		})
+	}
+}
