@@ -7,8 +7,10 @@
 #
 # The toolchain image holds $(go env GOROOT), a POSIX shell, CA certificates
 # and the modules go.sum lists, with GOPROXY=off: the Dockerfile's build stage
-# runs on it exactly as it does on the public golang image. It is named after
-# the Go version and a hash of go.sum, and reused while both stay the same.
+# runs on it exactly as it does on the public golang image, and fails at once,
+# rather than reaching for the network, if a module is missing. It is named
+# after the Go version and a hash of go.sum and of this script, and reused
+# while they stay the same.
 #
 # The service image is tagged ratelimiter:$VERSION and ratelimiter:latest,
 # where VERSION defaults to `git describe --tags --always --dirty`.
@@ -22,7 +24,7 @@ docker info >/dev/null 2>&1 || fail "the Docker engine does not answer (docker i
 toolchain() {
   local goversion sum name
   goversion=$(go env GOVERSION)
-  sum=$(sha256sum go.sum | cut -c1-12)
+  sum=$(cat go.sum "$0" | sha256sum | cut -c1-12)
   name="local/golang:${goversion#go}-${sum}"
   if docker image inspect "$name" >/dev/null 2>&1; then
     echo "$name"
@@ -48,7 +50,7 @@ toolchain() {
   tar -C "$root" -c . | docker import \
     -c 'ENV PATH=/usr/local/go/bin:/go/bin:/bin' \
     -c 'ENV GOPATH=/go' -c 'ENV HOME=/root' \
-    -c 'ENV GOPROXY=off' -c 'ENV GOTOOLCHAIN=local' \
+    -c 'ENV GOPROXY=off' -c 'ENV GOSUMDB=off' -c 'ENV GOTOOLCHAIN=local' \
     -c 'WORKDIR /' - "$name" >/dev/null
   echo "$name"
 }
