@@ -1,0 +1,219 @@
+// Package redis is the limiter Store kept in Redis, shared by every replica
+// of the service: a limiter created through one replica is visible through
+// all, and all of them draw on the same state.
+//
+// Each decision is one atomic server-side script that reads the limiter's
+// definition and state and writes the new state, implementing the same
+// algorithms with the same semantics as the in-memory store: all or nothing,
+// Available without consuming, the same Decision fields, exact integer
+// arithmetic. Time comes from the Redis server holding the limiter (TIME),
+// so the clocks of the service's replicas cannot change a decision; Redis
+// time has microsecond resolution, so decisions do too (the in-memory store
+// resolves nanoseconds): grants within the same microsecond count as
+// simultaneous.
+//
+// Keys, under a prefix chosen by the caller:
+//
+//	<prefix>{<name>}:def  hash: the definition (see definitionArgs); never expires
+//	<prefix>{<name>}:st   the state: GCRA's TAT as a string, or a sliding log as a
+//	                      sorted set; expires when the limiter would be full again,
+//	                      so idle limiters cost nothing but their definition
+//	<prefix>names         sorted set of every limiter name, for List
+//
+// The braces are a Redis Cluster hash tag: a limiter's two keys share a slot,
+// so its scripts run on one node. The name index lives in another slot, so
+// Put and Delete update it in a second call; see their docs for the order
+// that keeps List consistent.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+var _ limiter.Store = (*Store)(nil)
+
+// Store keeps named limiters in Redis, standalone or Cluster. It is safe for
+// concurrent use; concurrent calls are pipelined on the client's
+// connections. Every error wraps limiter.ErrNotFound for an unknown limiter
+// or limiter.ErrUnavailable when Redis cannot answer (network failure,
+// timeout, or an error reply); a context deadline bounds each call.
+type Store struct {
+	client rueidis.Client
+	prefix string
+	names  string
+}
+
+// New returns a Store over client whose keys all start with prefix (which
+// may be empty, and must not contain '{' or '}': they would break the hash
+// tags). The client must talk to Redis 7.0 or later; Store never closes it.
+func New(client rueidis.Client, prefix string) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redis: nil client")
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("redis: key prefix %q must not contain '{' or '}'", prefix)
+	}
+	return &Store{client: client, prefix: prefix, names: prefix + "names"}, nil
+}
+
+func (s *Store) defKey(name string) string   { return s.prefix + "{" + name + "}:def" }
+func (s *Store) stateKey(name string) string { return s.prefix + "{" + name + "}:st" }
+
+func (s *Store) keys(name string) []string { return []string{s.defKey(name), s.stateKey(name)} }
+
+// unavailable wraps a failure to reach or use Redis.
+func unavailable(op, name string, err error) error {
+	return fmt.Errorf("redis: %s %q: %w: %w", op, name, limiter.ErrUnavailable, err)
+}
+
+func notFound(op, name string) error {
+	return fmt.Errorf("redis: %s %q: %w", op, name, limiter.ErrNotFound)
+}
+
+// Put creates the limiter or replaces its policy, and reports whether it was
+// created. An identical policy keeps the limiter's state; a different one
+// starts it full. def.Name must pass limiter.CheckName and def.Policy must
+// be valid; the errors wrap limiter.ErrInvalidName or ErrInvalidPolicy.
+//
+// The definition is written first, atomically with its state, then the name
+// is added to the index. If the second step fails the error wraps
+// ErrUnavailable and the limiter works but is missing from List until Put
+// is called again.
+func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
+	if err := limiter.CheckName(def.Name); err != nil {
+		return false, fmt.Errorf("redis: put: %w", err)
+	}
+	if err := def.Policy.Validate(); err != nil {
+		return false, fmt.Errorf("redis: put %q: %w", def.Name, err)
+	}
+	args := definitionArgs(def.Policy.Normalize())
+	created, err := putScript.Exec(ctx, s.client, s.keys(def.Name), args).AsInt64()
+	if err != nil {
+		return false, unavailable("put", def.Name, err)
+	}
+	c := s.client
+	if err := c.Do(ctx, c.B().Zadd().Key(s.names).ScoreMember().ScoreMember(0, def.Name).Build()).Error(); err != nil {
+		return false, unavailable("put", def.Name, err)
+	}
+	return created == 1, nil
+}
+
+// Get returns the limiter's definition, with defaults filled in.
+func (s *Store) Get(ctx context.Context, name string) (limiter.Definition, error) {
+	c := s.client
+	vals, err := c.Do(ctx, c.B().Hmget().Key(s.defKey(name)).Field(policyFields...).Build()).ToArray()
+	if err != nil {
+		return limiter.Definition{}, unavailable("get", name, err)
+	}
+	p, found, err := policyOf(vals)
+	if err != nil {
+		return limiter.Definition{}, unavailable("get", name, err)
+	}
+	if !found {
+		return limiter.Definition{}, notFound("get", name)
+	}
+	return limiter.Definition{Name: name, Policy: p}, nil
+}
+
+// policyOf parses an HMGET reply of policyFields; found is false when the
+// definition does not exist.
+func policyOf(vals []rueidis.RedisMessage) (p limiter.Policy, found bool, err error) {
+	strs := make([]string, len(vals))
+	for i := range vals {
+		if vals[i].IsNil() {
+			return limiter.Policy{}, false, nil
+		}
+		if strs[i], err = vals[i].ToString(); err != nil {
+			return limiter.Policy{}, false, err
+		}
+	}
+	p, err = parsePolicy(strs)
+	return p, err == nil, err
+}
+
+// List returns up to count definitions whose names sort after `after` (byte
+// order), in name order; none when count <= 0. Names left in the index by an
+// interrupted Delete are skipped, and the page is filled from further
+// names, so a page shorter than count is the last one.
+func (s *Store) List(ctx context.Context, after string, count int) ([]limiter.Definition, error) {
+	c := s.client
+	defs := make([]limiter.Definition, 0, min(max(count, 0), 1024))
+	for len(defs) < count {
+		want := count - len(defs)
+		from := "-"
+		if after != "" {
+			from = "(" + after
+		}
+		names, err := c.Do(ctx, c.B().Zrange().Key(s.names).Min(from).Max("+").Bylex().Limit(0, int64(want)).Build()).AsStrSlice()
+		if err != nil {
+			return nil, unavailable("list after", after, err)
+		}
+		if len(names) == 0 {
+			break
+		}
+		cmds := make(rueidis.Commands, len(names))
+		for i, name := range names {
+			cmds[i] = c.B().Hmget().Key(s.defKey(name)).Field(policyFields...).Build()
+		}
+		for i, res := range c.DoMulti(ctx, cmds...) {
+			vals, err := res.ToArray()
+			if err != nil {
+				return nil, unavailable("list", names[i], err)
+			}
+			p, found, err := policyOf(vals)
+			if err != nil {
+				return nil, unavailable("list", names[i], err)
+			}
+			if found {
+				defs = append(defs, limiter.Definition{Name: names[i], Policy: p})
+			}
+		}
+		after = names[len(names)-1]
+		if len(names) < want {
+			break
+		}
+	}
+	return defs, nil
+}
+
+// Delete removes the limiter and its state, or returns an error wrapping
+// limiter.ErrNotFound.
+//
+// The definition and state go first, atomically, then the name leaves the
+// index. A Put of the same name racing with Delete could write its
+// definition between those two steps and see its name removed, so Delete
+// looks at the definition once more afterwards and restores the name if the
+// limiter exists again: any Put that wrote its definition after that look
+// adds its name itself.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	existed, err := deleteScript.Exec(ctx, s.client, s.keys(name), nil).AsInt64()
+	if err != nil {
+		return unavailable("delete", name, err)
+	}
+	// The name may be in the index even when the definition is gone (an
+	// earlier interrupted Delete): remove it in any case.
+	c := s.client
+	if err := c.Do(ctx, c.B().Zrem().Key(s.names).Member(name).Build()).Error(); err != nil {
+		return unavailable("delete", name, err)
+	}
+	again, err := c.Do(ctx, c.B().Exists().Key(s.defKey(name)).Build()).AsInt64()
+	if err != nil {
+		return unavailable("delete", name, err)
+	}
+	if again == 1 {
+		if err := c.Do(ctx, c.B().Zadd().Key(s.names).ScoreMember().ScoreMember(0, name).Build()).Error(); err != nil {
+			return unavailable("delete", name, err)
+		}
+	}
+	if existed == 0 {
+		return notFound("delete", name)
+	}
+	return nil
+}

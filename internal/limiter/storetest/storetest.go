@@ -1,0 +1,103 @@
+// Package storetest is the behavioural suite every limiter.Store must pass,
+// whatever keeps its state: definitions (put, get, list, delete, replace),
+// decisions (all or nothing, Available without consuming, both algorithms,
+// capacity), concurrency and replenishment.
+//
+// A shared store reads the time from its server, so the suite never injects
+// a clock. It uses long periods (an hour) wherever nothing may replenish
+// during a test, and short ones (a few hundred milliseconds) only to see
+// permits come back, with bounds generous enough never to flake on a loaded
+// machine.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// Run runs the suite. newStore must return a new, empty store on every call,
+// released by t's cleanup; the subtests run in parallel, each on its own
+// store.
+func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, s limiter.Store)
+	}{
+		{"Lifecycle", testLifecycle},
+		{"NotFound", testNotFound},
+		{"ListPages", testListPages},
+		{"ReplaceKeepsOrResetsState", testReplace},
+		{"DeleteThenPutStartsFull", testDeleteThenPut},
+		{"InvalidInput", testInvalidInput},
+		{"AllOrNothing", testAllOrNothing},
+		{"AvailableNeverConsumes", testAvailableNeverConsumes},
+		{"GCRADecisionFields", testGCRAFields},
+		{"SlidingLogDecisionFields", testSlidingLogFields},
+		{"ExceedsCapacity", testExceedsCapacity},
+		{"LimitersAreIndependent", testIndependent},
+		{"ConcurrentAcquire", testConcurrentAcquire},
+		{"Replenishment", testReplenishment},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.run(t, newStore(t))
+		})
+	}
+}
+
+// hour is the period of every limiter that must not replenish during a test.
+const hour = time.Hour
+
+var algorithms = []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func put(t *testing.T, s limiter.Store, name string, p limiter.Policy) bool {
+	t.Helper()
+	created, err := s.Put(ctx(t), limiter.Definition{Name: name, Policy: p})
+	if err != nil {
+		t.Fatalf("Put(%q, %+v): %v", name, p, err)
+	}
+	return created
+}
+
+func acquire(t *testing.T, s limiter.Store, name string, n int64) limiter.Decision {
+	t.Helper()
+	d, err := s.Acquire(ctx(t), name, n)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %d): %v", name, n, err)
+	}
+	return d
+}
+
+func available(t *testing.T, s limiter.Store, name string) limiter.Availability {
+	t.Helper()
+	a, err := s.Available(ctx(t), name)
+	if err != nil {
+		t.Fatalf("Available(%q): %v", name, err)
+	}
+	return a
+}
+
+func wantRemaining(t *testing.T, s limiter.Store, name string, want int64) {
+	t.Helper()
+	if got := available(t, s, name).Remaining; got != want {
+		t.Errorf("Available(%q).Remaining: got %d, want %d", name, got, want)
+	}
+}
+
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: got error %v, want one wrapping %v", what, err, want)
+	}
+}
