@@ -101,6 +101,16 @@ type Decision struct {
 	// Example: true
 	Allowed bool `json:"allowed"`
 
+	// Degraded Present, and true, only on a decision made without the shared
+	// backend, which could not answer in time. `allowed` then follows
+	// the configured failure mode (`fail-closed` denies, `fail-open`
+	// grants), nothing was recorded, `remaining`, `limit` and
+	// `reset_after_ms` are 0, and no rate-limit headers are sent.
+	//
+	//
+	// Example: true
+	Degraded *bool `json:"degraded,omitempty"`
+
 	// ExceedsCapacity True on a denial that no wait can turn into a grant: more permits
 	// were asked for than the limiter can ever hold.
 	//
@@ -108,8 +118,10 @@ type Decision struct {
 	// Example: false
 	ExceedsCapacity bool `json:"exceeds_capacity"`
 
-	// Limit The policy's limit.
-	Limit Limit `json:"limit"`
+	// Limit The policy's limit; 0 in a degraded decision, where it is unknown.
+	//
+	// Example: 9
+	Limit int64 `json:"limit"`
 
 	// Permits The number of permits asked for.
 	Permits Permits `json:"permits"`
@@ -377,13 +389,25 @@ type TenantDecision struct {
 	// Example: true
 	Allowed bool `json:"allowed"`
 
+	// Degraded Present, and true, only on a decision made without the shared
+	// backend, which could not answer in time. `allowed` then follows
+	// the configured failure mode (`fail-closed` denies, `fail-open`
+	// grants), nothing was recorded, `remaining`, `limit` and
+	// `reset_after_ms` are 0, and no rate-limit headers are sent.
+	//
+	//
+	// Example: true
+	Degraded *bool `json:"degraded,omitempty"`
+
 	// ExceedsCapacity True on a denial that no wait can turn into a grant.
 	//
 	// Example: false
 	ExceedsCapacity bool `json:"exceeds_capacity"`
 
-	// Limit The per-IP policy's limit.
-	Limit Limit `json:"limit"`
+	// Limit The per-IP policy's limit; 0 in a degraded decision, where it is unknown.
+	//
+	// Example: 9
+	Limit int64 `json:"limit"`
 
 	// Permits The number of permits asked for.
 	Permits Permits `json:"permits"`

@@ -28,12 +28,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 
 	"github.com/ratelimiter/ratelimiter/api"
 	"github.com/ratelimiter/ratelimiter/internal/gen"
@@ -122,6 +125,11 @@ type server struct {
 	policies policyCache
 
 	tenantPolicy string // RateLimit-Policy of the per-IP limit
+
+	// Requests answered 503 because the backend was unavailable, the count
+	// at the last log record, and the throttle of those records.
+	unavailable, unavailableLogged atomic.Int64
+	unavailableLog                 rate.Sometimes
 }
 
 var _ gen.StrictServerInterface = (*server)(nil)
@@ -141,6 +149,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 		maxBody:  o.MaxBodyBytes,
 		admin:    o.AdminToken != "",
 	}
+	s.unavailableLog.Interval = 10 * time.Second
 	if s.log == nil {
 		s.log = slog.Default()
 	}

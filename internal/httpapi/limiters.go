@@ -101,6 +101,10 @@ func (s *server) Acquire(ctx context.Context, req gen.AcquireRequestObject) (gen
 		return nil, err
 	}
 	s.tel.decided(ctx, req.Name, d)
+	if d.Degraded {
+		// Made without the backend: there is no state to advertise.
+		return &decisionAnswer{d: d}, nil
+	}
 	return &decisionAnswer{
 		d:         d,
 		policy:    s.policyOf(ctx, req.Name, d.Limit),

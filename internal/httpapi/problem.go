@@ -113,7 +113,13 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 	case errors.Is(err, tenant.ErrInvalidK):
 		return rejected("query.k", reason(err, tenant.ErrInvalidK))
 	case errors.Is(err, limiter.ErrUnavailable):
-		s.log.WarnContext(r.Context(), "limiter backend unavailable", "method", r.Method, "path", r.URL.Path, "error", err)
+		// An outage makes every request fail alike: log one in a while, with
+		// how many failed since the last record.
+		n := s.unavailable.Add(1)
+		s.unavailableLog.Do(func() {
+			s.log.WarnContext(r.Context(), "limiter backend unavailable",
+				"method", r.Method, "path", r.URL.Path, "error", err, "failures_since_last_record", n-s.unavailableLogged.Swap(n))
+		})
 		return &problem{status: http.StatusServiceUnavailable, detail: "The limiter backend is unavailable."}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return &problem{status: http.StatusServiceUnavailable, detail: "The request was cancelled or timed out."}

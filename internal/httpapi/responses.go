@@ -54,6 +54,9 @@ func (a *decisionAnswer) write(w http.ResponseWriter) error {
 	defer buffers.Put(buf)
 	b := append((*buf)[:0], `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
+	if d.Degraded {
+		b = append(b, `,"degraded":true`...)
+	}
 	b = append(b, `,"exceeds_capacity":`...)
 	b = strconv.AppendBool(b, d.ExceedsCapacity)
 	b = append(b, `,"limit":`...)
@@ -105,7 +108,8 @@ func (a *availabilityAnswer) write(w http.ResponseWriter) error {
 
 // writeAnswer ends the JSON object begun in b (adding the tenant when
 // isTenant), keeps the grown buffer in *buf for the pool, and writes a 200
-// with the rate-limit headers, plus Retry-After when retryAfter is set.
+// with the rate-limit headers when rateLimit is set (a degraded decision
+// has none), plus Retry-After when retryAfter is set.
 func writeAnswer(w http.ResponseWriter, buf *[]byte, b []byte, isTenant bool, tenant, rateLimit, policy, retryAfter string) error {
 	if isTenant {
 		b = append(b, `,"tenant":`...)
@@ -119,8 +123,10 @@ func writeAnswer(w http.ResponseWriter, buf *[]byte, b []byte, isTenant bool, te
 	// One backing array for all the header values: one allocation.
 	vals := [3]string{rateLimit, policy, retryAfter}
 	all := vals[:]
-	h[hdrRateLimit] = all[0:1:1]
-	h[hdrPolicy] = all[1:2:2]
+	if rateLimit != "" {
+		h[hdrRateLimit] = all[0:1:1]
+		h[hdrPolicy] = all[1:2:2]
+	}
 	if retryAfter != "" {
 		h[hdrRetryAfter] = all[2:3:3]
 	}

@@ -19,6 +19,9 @@ func (s *server) AcquireTenant(ctx context.Context, req gen.AcquireTenantRequest
 		return nil, err
 	}
 	s.tel.decided(ctx, tenantLimiter, d.Decision)
+	if d.Degraded {
+		return &decisionAnswer{tenant: d.Tenant, isTenant: true, d: d.Decision}, nil
+	}
 	return &decisionAnswer{
 		tenant:    d.Tenant,
 		isTenant:  true,

@@ -131,6 +131,11 @@ type Decision struct {
 	// into a grant: Permits exceeds what the limiter can ever hold (Burst
 	// for GCRA, Limit for SlidingLog).
 	ExceedsCapacity bool
+	// Degraded reports a decision made without the store, which could not
+	// answer (ErrUnavailable): Allowed then follows the FailureMode,
+	// nothing was recorded, and Remaining, Limit, RetryAfter and ResetAfter
+	// are zero because they are unknown.
+	Degraded bool
 }
 
 // Availability is how much of a limit can be taken right now.

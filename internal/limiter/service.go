@@ -2,7 +2,9 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -10,19 +12,80 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// FailureMode decides acquisitions that a Store cannot answer because it is
+// unavailable (a shared backend that is down or too slow).
+type FailureMode uint8
+
+const (
+	// FailClosed denies them: no caller goes over a limit, at the price of
+	// denying everyone while the store is down. It is the zero value.
+	FailClosed FailureMode = iota
+	// FailOpen grants them: callers keep working while the store is down,
+	// at the price of not limiting them meanwhile.
+	FailOpen
+)
+
+// String returns "fail-closed" or "fail-open".
+func (m FailureMode) String() string {
+	if m == FailOpen {
+		return "fail-open"
+	}
+	return "fail-closed"
+}
+
+// ServiceOptions tune a Service. The zero value fails closed with no
+// timeout of its own.
+type ServiceOptions struct {
+	// FailureMode decides acquisitions the store cannot answer. Either way
+	// the Decision is Degraded and nothing is recorded.
+	FailureMode FailureMode
+	// Timeout bounds each call to the store; zero leaves only the caller's
+	// context. A store call that runs out of time is unavailable.
+	Timeout time.Duration
+	// OnUnavailable, when set, is called with the error of every store call
+	// that failed with ErrUnavailable, before the Service answers. It must
+	// be safe for concurrent use and quick, since outages make it hot.
+	OnUnavailable func(err error)
+}
+
 // Service is the entry point to named limiters: it validates input before it
-// reaches the Store, so bad input never touches state, and traces each call
-// as a child of the caller's span when that span is recording.
+// reaches the Store, so bad input never touches state, decides acquisitions
+// by its FailureMode when the Store is unavailable, and traces each call as
+// a child of the caller's span when that span is recording.
 // It is safe for concurrent use.
 type Service struct {
 	store  Store
+	opts   ServiceOptions
 	tracer trace.Tracer
 }
 
-// NewService returns a Service over store, tracing through the global
-// OpenTelemetry tracer provider.
-func NewService(store Store) *Service {
-	return &Service{store: store, tracer: otel.Tracer("github.com/ratelimiter/ratelimiter/internal/limiter")}
+// NewService returns a Service over store with the zero ServiceOptions,
+// tracing through the global OpenTelemetry tracer provider.
+func NewService(store Store) *Service { return NewServiceWith(store, ServiceOptions{}) }
+
+// NewServiceWith returns a Service over store tuned by opts.
+func NewServiceWith(store Store, opts ServiceOptions) *Service {
+	return &Service{store: store, opts: opts, tracer: otel.Tracer("github.com/ratelimiter/ratelimiter/internal/limiter")}
+}
+
+// bound applies the Timeout to a store call's context.
+func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.opts.Timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
+
+// unavailable reports whether err is the store's unavailability, telling
+// OnUnavailable when it is.
+func (s *Service) unavailable(err error) bool {
+	if !errors.Is(err, ErrUnavailable) {
+		return false
+	}
+	if s.opts.OnUnavailable != nil {
+		s.opts.OnUnavailable(err)
+	}
+	return true
 }
 
 // Put validates def and creates or replaces the limiter; see Store.Put.
@@ -36,7 +99,9 @@ func (s *Service) Put(ctx context.Context, def Definition) (created bool, err er
 		return false, fmt.Errorf("limiter: put %q: %w", def.Name, err)
 	}
 	def.Policy = def.Policy.Normalize()
-	created, err = s.store.Put(ctx, def)
+	sctx, cancel := s.bound(ctx)
+	created, err = s.store.Put(sctx, def)
+	cancel()
 	if err != nil {
 		return false, fmt.Errorf("limiter: put %q: %w", def.Name, err)
 	}
@@ -50,7 +115,9 @@ func (s *Service) Get(ctx context.Context, name string) (def Definition, err err
 	if err := CheckName(name); err != nil {
 		return Definition{}, fmt.Errorf("limiter: get: %w", err)
 	}
-	def, err = s.store.Get(ctx, name)
+	sctx, cancel := s.bound(ctx)
+	def, err = s.store.Get(sctx, name)
+	cancel()
 	if err != nil {
 		return Definition{}, fmt.Errorf("limiter: get %q: %w", name, err)
 	}
@@ -61,7 +128,9 @@ func (s *Service) Get(ctx context.Context, name string) (def Definition, err err
 func (s *Service) List(ctx context.Context, after string, max int) (defs []Definition, err error) {
 	ctx, span := s.start(ctx, "limiter.List", "")
 	defer func() { end(span, err) }()
-	defs, err = s.store.List(ctx, after, max)
+	sctx, cancel := s.bound(ctx)
+	defs, err = s.store.List(sctx, after, max)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("limiter: list: %w", err)
 	}
@@ -75,7 +144,10 @@ func (s *Service) Delete(ctx context.Context, name string) (err error) {
 	if err := CheckName(name); err != nil {
 		return fmt.Errorf("limiter: delete: %w", err)
 	}
-	if err := s.store.Delete(ctx, name); err != nil {
+	sctx, cancel := s.bound(ctx)
+	err = s.store.Delete(sctx, name)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("limiter: delete %q: %w", name, err)
 	}
 	return nil
@@ -97,11 +169,24 @@ func (s *Service) Acquire(ctx context.Context, name string, permits int64) (d De
 	if err := CheckPermits(permits); err != nil {
 		return Decision{}, fmt.Errorf("limiter: acquire %q: %w", name, err)
 	}
-	d, err = s.store.Acquire(ctx, name, permits)
+	sctx, cancel := s.bound(ctx)
+	d, err = s.store.Acquire(sctx, name, permits)
+	cancel()
 	if err != nil {
+		if s.unavailable(err) {
+			span.SetStatus(codes.Error, err.Error())
+			span.SetAttributes(attribute.Bool("ratelimiter.degraded", true))
+			return Degraded(permits, s.opts.FailureMode), nil
+		}
 		return Decision{}, fmt.Errorf("limiter: acquire %q: %w", name, err)
 	}
 	return d, nil
+}
+
+// Degraded is the decision on an acquisition of permits that the store could
+// not answer, by mode.
+func Degraded(permits int64, mode FailureMode) Decision {
+	return Decision{Allowed: mode == FailOpen, Permits: permits, Degraded: true}
 }
 
 // Available reports what the named limiter could grant now.
@@ -111,7 +196,9 @@ func (s *Service) Available(ctx context.Context, name string) (a Availability, e
 	if err := CheckName(name); err != nil {
 		return Availability{}, fmt.Errorf("limiter: available: %w", err)
 	}
-	a, err = s.store.Available(ctx, name)
+	sctx, cancel := s.bound(ctx)
+	a, err = s.store.Available(sctx, name)
+	cancel()
 	if err != nil {
 		return Availability{}, fmt.Errorf("limiter: available %q: %w", name, err)
 	}

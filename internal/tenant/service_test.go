@@ -1,0 +1,87 @@
+package tenant_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/tenant"
+)
+
+// downBackend is a Backend whose store is down; it still names tenants, as
+// the real backends do without consulting any state.
+type downBackend struct{ *tenant.Registry }
+
+var errDown = fmt.Errorf("%w: connection refused", limiter.ErrUnavailable)
+
+func (downBackend) Acquire(context.Context, string, int64) (tenant.Decision, error) {
+	return tenant.Decision{}, errDown
+}
+
+func (downBackend) Available(context.Context, string) (tenant.Availability, error) {
+	return tenant.Availability{}, errDown
+}
+
+func (downBackend) Lowest(context.Context, int) ([]tenant.Entry, error) { return nil, errDown }
+
+func TestServiceFailureModes(t *testing.T) {
+	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			reported := 0
+			svc := tenant.NewService(downBackend{reg}, limiter.ServiceOptions{
+				FailureMode: mode, OnUnavailable: func(error) { reported++ },
+			})
+			d, err := svc.Acquire(context.Background(), "2001:db8::1", 2)
+			if err != nil {
+				t.Fatalf("Acquire: %v, want a degraded decision", err)
+			}
+			want := tenant.Decision{Tenant: "2001:db8::/64", Decision: limiter.Degraded(2, mode)}
+			if d != want {
+				t.Errorf("got %+v, want %+v", d, want)
+			}
+			if d.Allowed != (mode == limiter.FailOpen) {
+				t.Errorf("allowed = %v under mode %v", d.Allowed, mode)
+			}
+			if reported != 1 {
+				t.Errorf("OnUnavailable called %d times, want 1", reported)
+			}
+			if _, err := svc.Acquire(context.Background(), "not-an-ip", 1); !errors.Is(err, tenant.ErrInvalidIP) {
+				t.Errorf("Acquire of a bad IP: got %v, want ErrInvalidIP", err)
+			}
+			if _, err := svc.Acquire(context.Background(), "192.0.2.1", 0); !errors.Is(err, limiter.ErrInvalidPermits) {
+				t.Errorf("Acquire of 0 permits: got %v, want ErrInvalidPermits", err)
+			}
+			if _, err := svc.Lowest(context.Background(), 10); !errors.Is(err, limiter.ErrUnavailable) {
+				t.Errorf("Lowest: got %v, want ErrUnavailable", err)
+			}
+		})
+	}
+}
+
+// Over a working backend the Service answers exactly what the backend does.
+func TestServicePassesThrough(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := tenant.NewService(reg, limiter.ServiceOptions{Timeout: time.Second})
+	d, err := svc.Acquire(context.Background(), "192.0.2.1", 4)
+	if err != nil || !d.Allowed || d.Degraded || d.Remaining != 6 {
+		t.Fatalf("Acquire = %+v, %v; want a grant leaving 6", d, err)
+	}
+	a, err := svc.Available(context.Background(), "192.0.2.1")
+	if err != nil || a.Remaining != 6 {
+		t.Fatalf("Available = %+v, %v; want 6", a, err)
+	}
+	if got := svc.Policy(); got != reg.Policy() {
+		t.Errorf("Policy() = %+v, want %+v", got, reg.Policy())
+	}
+}
