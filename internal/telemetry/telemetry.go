@@ -21,13 +21,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/otlptranslator"
-	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -143,19 +141,12 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 // OTEL_TRACES_EXPORTER names an exporter other than "none".
 func (t *Telemetry) setupTracing(ctx context.Context, exp sdktrace.SpanExporter, res *resource.Resource) error {
 	if exp == nil {
-		// autoexport falls back to OTLP when OTEL_TRACES_EXPORTER is unset;
-		// this service traces only when asked to, so the fallback yields no
-		// exporter at all.
 		var err error
-		exp, err = autoexport.NewSpanExporter(ctx, autoexport.WithFallbackSpanExporter(
-			func(context.Context) (sdktrace.SpanExporter, error) { return nil, nil },
-		))
-		if err != nil {
-			return fmt.Errorf("telemetry: traces exporter OTEL_TRACES_EXPORTER=%q (want none, otlp or console): %w",
-				os.Getenv("OTEL_TRACES_EXPORTER"), err)
+		if exp, err = spanExporter(ctx); err != nil {
+			return err
 		}
 	}
-	if exp == nil || autoexport.IsNoneSpanExporter(exp) {
+	if exp == nil {
 		t.TracerProvider = noop.NewTracerProvider()
 		return nil
 	}
