@@ -1,0 +1,43 @@
+package redis
+
+import "github.com/ratelimiter/ratelimiter/internal/limiter"
+
+// Library returns the Lua library the limiter scripts share (lua/lib.lua):
+// the exact GCRA and sliding-log arithmetic, within 2^53, on states kept as
+// this package keeps them (GCRA's TAT as the string "µs units", a sliding
+// log as a sorted set of running totals). A script cannot load another, so
+// a script of another package that needs the arithmetic starts with this
+// text, then a newline, then its own code. Its functions read a policy from
+// the array DefinitionValues returns.
+func Library() string { return libLua }
+
+// definitionOrder is the order in which the scripts read a definition: the
+// library's gcra_def and log_def index this array.
+var definitionOrder = []string{
+	fieldAlgorithm, fieldLimit, fieldBurst,
+	fieldM, fieldPA, fieldPB, fieldTA, fieldTB,
+	fieldPW, fieldPR, fieldPU, fieldMaxE,
+}
+
+// DefinitionValues returns policy p as the array of 12 decimal strings the
+// library's gcra_def and log_def read (d[1] to d[12] in Lua): algorithm,
+// limit, burst, then GCRA's m, pa, pb, ta, tb and the sliding log's pw, pr,
+// pu, maxe, all derived with 64- and 128-bit integers so that the scripts
+// never handle a value beyond 2^53. The fields the algorithm does not use
+// are "0". p must be valid (see limiter.Policy.Validate); it is normalized
+// here.
+func DefinitionValues(p limiter.Policy) []string {
+	pairs := definitionArgs(p.Normalize())
+	byField := make(map[string]string, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		byField[pairs[i]] = pairs[i+1]
+	}
+	vals := make([]string, len(definitionOrder))
+	for i, f := range definitionOrder {
+		vals[i] = "0"
+		if v, ok := byField[f]; ok {
+			vals[i] = v
+		}
+	}
+	return vals
+}

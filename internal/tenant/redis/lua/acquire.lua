@@ -1,0 +1,137 @@
+-- Acquire: takes ARGV[13] permits from the tenant ARGV[14] (hex) whose
+-- state is KEYS[1], all or nothing, at the server's time (or at ARGV[15]
+-- microseconds, in tests), and keeps its shard's index (KEYS[2]) and, for a
+-- sliding log, expiry index (KEYS[3]) up to date in the same step. The
+-- decision is the limiter Store's, line for line.
+--
+-- Reply: {allowed, remaining, limit, retry_us, retry_ns, reset_us, reset_ns,
+-- exceeds_capacity}, durations as microseconds plus nanoseconds.
+
+local function tenant_gcra_acquire(g, key, idx, hex, now, n)
+  gcra_trim(idx, now)
+  local ba, bb, old = 0, 0, nil
+  local st = redis.call('GET', key)
+  if st then
+    local sp = string.find(st, ' ', 1, true)
+    local tat_us, tat_r = tonumber(string.sub(st, 1, sp - 1)), tonumber(string.sub(st, sp + 1))
+    old = gcra_member(tat_r, hex)
+    if tat_us > now or tat_us == now and tat_r > 0 then
+      ba, bb = tat_us - now, tat_r
+    end
+  end
+  if n > g.burst then
+    local ra, rn = gcra_duration(g, ba, bb)
+    return {0, gcra_remaining(g, ba, bb), g.limit, 0, 0, ra, rn, 1}
+  end
+  local ca, cb = gcra_cost(g, n)
+  local aa, ab = ba + ca, bb + cb
+  if ab >= g.m then
+    aa, ab = aa + 1, ab - g.m
+  end
+  if cmp2(aa, ab, g.ta, g.tb) > 0 then
+    local xa, xb = aa - g.ta, ab - g.tb
+    if xb < 0 then
+      xa, xb = xa - 1, xb + g.m
+    end
+    local wa, wn = gcra_duration(g, xa, xb)
+    local ra, rn = gcra_duration(g, ba, bb)
+    return {0, gcra_remaining(g, ba, bb), g.limit, wa, wn, ra, rn, 0}
+  end
+  local ra, rn = gcra_duration(g, aa, ab)
+  -- The bucket is full again at the new TAT: the key expires then.
+  local e = expiry_ms(now + ra, rn)
+  redis.call('SET', key, fmt(now + aa) .. ' ' .. fmt(ab), 'PXAT', fmt(e))
+  if old then
+    redis.call('ZREM', idx, old)
+  end
+  redis.call('ZADD', idx, fmt(-(now + aa)), gcra_member(ab, hex))
+  extend(idx, e)
+  return {1, gcra_remaining(g, aa, ab), g.limit, 0, 0, ra, rn, 0}
+end
+
+local function tenant_log_acquire(w, key, idx, exp, hex, now, n)
+  log_trim(idx, exp, now)
+  local l = log_read(key, w, now)
+  local member, last_at, last_total, base, size = l.member, l.at, l.total, l.base, l.size
+  -- The tenant's index member, named after its newest grant.
+  local old
+  if member then
+    old = log_member(last_at, hex)
+  end
+  if l.skipped > 0 then
+    if base == last_total then
+      -- Every grant has left the window: start afresh, out of the index.
+      redis.call('DEL', key)
+      redis.call('ZREM', idx, old)
+      redis.call('ZREM', exp, old)
+      member, base, size, old = nil, 0, 0, nil
+    else
+      redis.call('ZREMRANGEBYRANK', key, 1, l.skipped)
+      redis.call('ZADD', key, fmt(base), BASE)
+      if size then
+        size = size - l.skipped
+      end
+    end
+  end
+  if not member then
+    last_total = base
+  end
+  local used = last_total - base
+  local allowed, exceeds, wa, wn = 0, 0, 0, 0
+  if n > w.limit then
+    exceeds = 1
+  elseif used + n > w.limit then
+    local e = redis.call('ZRANGEBYSCORE', key, fmt(base + used + n - w.limit), '+inf', 'LIMIT', 0, 1)
+    wa, wn = log_until(w, tonumber(e[1]), now)
+  else
+    allowed = 1
+    if not member then
+      redis.call('ZADD', key, 0, BASE, fmt(n), fmt(now))
+      base, member, last_at = 0, fmt(now), now
+    elseif now <= last_at then
+      redis.call('ZINCRBY', key, fmt(n), member)
+    else
+      if not size then
+        size = redis.call('ZCARD', key) - 1
+      end
+      if size >= w.maxe then
+        redis.call('ZREMRANGEBYRANK', key, 1, 1)
+      end
+      redis.call('ZADD', key, fmt(last_total + n), fmt(now))
+      member, last_at = fmt(now), now
+    end
+    used = used + n
+    if base >= REBASE then
+      local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+      for i = 1, #all, 2 do
+        redis.call('ZADD', key, fmt(tonumber(all[i + 1]) - base), all[i])
+      end
+    end
+    local e = expiry_ms(last_at + w.pw, w.pr)
+    redis.call('PEXPIREAT', key, fmt(e))
+    -- The log holds `used` permits now and only loses them until its next
+    -- grant: that is its bound in the index.
+    local m = log_member(last_at, hex)
+    if old and old ~= m then
+      redis.call('ZREM', idx, old)
+      redis.call('ZREM', exp, old)
+    end
+    redis.call('ZADD', idx, fmt(-used), m)
+    redis.call('ZADD', exp, fmt(last_at + w.pu), m)
+    extend(idx, e)
+    extend(exp, e)
+  end
+  local ra, rn = 0, 0
+  if member then
+    ra, rn = log_until(w, last_at, now)
+  end
+  return {allowed, w.limit - used, w.limit, wa, wn, ra, rn, exceeds}
+end
+
+local d = tenant_def()
+local n = tonumber(ARGV[13])
+local now = clock(ARGV[15])
+if d[1] == 'gcra' then
+  return tenant_gcra_acquire(gcra_def(d), KEYS[1], KEYS[2], ARGV[14], now, n)
+end
+return tenant_log_acquire(log_def(d), KEYS[1], KEYS[2], KEYS[3], ARGV[14], now, n)

@@ -1,0 +1,264 @@
+// Package redis keeps the per-IP tenants of package tenant in Redis, so that
+// every replica of the service draws on the same buckets. Tenants has the
+// methods and semantics of tenant.Registry: all or nothing, Available
+// without consuming, the same Decision fields and tenant names, the same
+// exact integer arithmetic (the limiter Store's Lua library, unchanged),
+// full tenants forgotten, and Lowest with the same order.
+//
+// Each acquisition is one atomic server-side script that reads the
+// tenant's state, decides, and writes the new state together with its
+// shard's index. Time comes from the Redis server holding the shard
+// (TIME), at microsecond resolution: grants within one microsecond count as
+// simultaneous (a Registry resolves nanoseconds).
+//
+// # Keys
+//
+// Under a caller's prefix, for a policy whose ID is <pid> (see policyID: a
+// changed policy starts afresh) and a shard tag <tag> (16 shards):
+//
+//	<prefix>t:<pid>{<tag>}:<hex>  one tenant's state, <hex> its key in 16 hex
+//	                              digits: GCRA's TAT as "µs units", or a
+//	                              sliding log as a sorted set, as the limiter
+//	                              Store keeps them
+//	<prefix>t:<pid>{<tag>}:idx    the shard's index (sorted set), in Lowest's
+//	                              order; see lua/tenant.lua
+//	<prefix>t:<pid>{<tag>}:exp    sliding log only: the same members scored by
+//	                              the instant each log is empty, to trim them
+//
+// A state key expires (PEXPIREAT) when its bucket would be full again, and
+// an index key when the last of its tenants would be: idle tenants cost
+// nothing. Index members of full tenants are trimmed by the operations of
+// their shard, up to 16 per acquisition, so they cannot pile up either.
+// Nothing bounds the number of tenants but Redis's maxmemory, so
+// Config.MaxTenants has no meaning here and Decision.RegistryFull is never
+// set. Run Redis with maxmemory-policy noeviction: an evicted state forgives
+// its tenant (Lowest then skips the stale index member and drops it).
+//
+// # Redis Cluster
+//
+// The braces are a hash tag: a shard's states and indexes share one slot,
+// so each script touches one node. The tags are chosen so that the 16
+// shards' slots spread evenly over the slot range, hence over the masters.
+// Lowest runs one script per shard, pipelined to every node at once, and
+// merges the shards' answers in the service. Each shard answers at its own
+// server's time, as every decision does; the merged answer is not one
+// snapshot.
+//
+// # Lowest
+//
+// Under GCRA the index scores each tenant by its TAT (whole microseconds,
+// the remainder in the member), an order time does not change: each shard
+// returns its first k members in O(log n + k), and the service merges 16
+// lists of at most k. Under the sliding log no score orders tenants at
+// every instant, so the index holds a bound (what the log held after its
+// newest grant, lowered to the exact count whenever Lowest reads it), and
+// each shard walks it until the k-th best exact answer beats the next
+// bound; see lua/lowest.lua. Both are exact. The cost is O(S·(log n + k))
+// for S shards and n tenants in a shard; under the sliding log add one log
+// read per tenant whose count has fallen since its bound was set and whose
+// bound still ranks among the k lowest: at worst, on the first query after
+// many tenants' grants began leaving the window, every tenant.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	limiterredis "github.com/ratelimiter/ratelimiter/internal/limiter/redis"
+	"github.com/ratelimiter/ratelimiter/internal/tenant"
+)
+
+var _ tenant.Backend = (*Tenants)(nil)
+
+// Tenants keeps one limiter per tenant in Redis, standalone or Cluster,
+// under a shared policy. It is safe for concurrent use; concurrent calls
+// are pipelined on the client's connections. Errors wrap
+// limiter.ErrUnavailable when Redis cannot answer (network failure,
+// timeout, or an error reply); a context deadline bounds each call.
+type Tenants struct {
+	client rueidis.Client
+	policy limiter.Policy
+	bits   int          // IPv6 prefix length
+	def    []string     // the policy as the scripts read it
+	rate   limiter.Rate // GCRA's arithmetic, for Lowest's entries
+	budget int          // see walkBudget; tests lower it
+	reruns atomic.Int64 // shard scripts of Lowest sent again, for tests
+	shards [numShards]shard
+}
+
+// New returns Tenants over client for cfg, whose keys all start with prefix
+// (which may be empty, and must not contain '{' or '}': they would break
+// the hash tags). It shares the prefix with the limiter Store without
+// collisions. The client must talk to Redis 7.0 or later; Tenants never
+// closes it.
+//
+// The error wraps limiter.ErrInvalidPolicy for an invalid cfg.Policy and
+// tenant.ErrInvalidConfig for an IPv6 prefix out of range or a negative
+// MaxTenants, as tenant.New does; any other MaxTenants is accepted and has
+// no effect (see the package doc).
+func New(client rueidis.Client, prefix string, cfg tenant.Config) (*Tenants, error) {
+	if client == nil {
+		return nil, errors.New("redis: tenants: nil client")
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("redis: tenants: key prefix %q must not contain '{' or '}'", prefix)
+	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("redis: tenants: %w", err)
+	}
+	if cfg.IPv6Prefix == 0 {
+		cfg.IPv6Prefix = tenant.DefaultIPv6Prefix
+	}
+	if cfg.IPv6Prefix < 1 || cfg.IPv6Prefix > tenant.MaxIPv6Prefix {
+		return nil, fmt.Errorf("redis: tenants: %w: IPv6 prefix must be between 1 and %d, got %d", tenant.ErrInvalidConfig, tenant.MaxIPv6Prefix, cfg.IPv6Prefix)
+	}
+	if cfg.MaxTenants < 0 {
+		return nil, fmt.Errorf("redis: tenants: %w: max tenants must be at least 1, got %d", tenant.ErrInvalidConfig, cfg.MaxTenants)
+	}
+	p := cfg.Policy.Normalize()
+	ts := &Tenants{client: client, policy: p, bits: cfg.IPv6Prefix, def: limiterredis.DefinitionValues(p), budget: walkBudget}
+	if p.Algorithm == limiter.GCRA {
+		ts.rate = limiter.NewRate(p)
+	}
+	pid := policyID(p)
+	for i := range ts.shards {
+		ts.shards[i] = newShard(prefix, pid, i)
+	}
+	return ts, nil
+}
+
+// Policy returns the per-tenant policy with its defaults filled in.
+func (ts *Tenants) Policy() limiter.Policy { return ts.policy }
+
+// Tenant returns the normalized tenant that address ip counts as, without
+// asking Redis, or an error wrapping tenant.ErrInvalidIP.
+func (ts *Tenants) Tenant(ip string) (string, error) {
+	_, name, err := tenant.Key(ip, ts.bits)
+	if err != nil {
+		return "", fmt.Errorf("redis: tenant: %w", err)
+	}
+	return name, nil
+}
+
+// Acquire takes permits from the tenant that address ip counts as, all or
+// nothing, at the Redis server's time. A denial records nothing. permits
+// must be from 1 to limiter.MaxLimit, otherwise the error wraps
+// limiter.ErrInvalidPermits; an invalid ip gives an error wrapping
+// tenant.ErrInvalidIP. A count above the policy's capacity is valid and
+// denied with ExceedsCapacity.
+//
+// It is never retried: when the error wraps limiter.ErrUnavailable because
+// the connection failed or the deadline passed after the script was sent,
+// the permits may or may not have been taken.
+func (ts *Tenants) Acquire(ctx context.Context, ip string, permits int64) (tenant.Decision, error) {
+	return ts.acquire(ctx, ip, permits, "")
+}
+
+// Available reports what the tenant that address ip counts as could take at
+// the Redis server's time, without taking anything, in one read-only
+// script. A tenant without state has a full bucket. An invalid ip gives an
+// error wrapping tenant.ErrInvalidIP.
+func (ts *Tenants) Available(ctx context.Context, ip string) (tenant.Availability, error) {
+	return ts.available(ctx, ip, "")
+}
+
+// Lowest returns up to k tenants (1 <= k <= tenant.MaxLowest, otherwise
+// the error wraps tenant.ErrInvalidK) with the fewest permits left, as
+// Entries ordered as tenant.Registry.Lowest orders them: Remaining
+// ascending; ties under GCRA by TAT descending, under the sliding log by
+// ResetAfter descending; then by tenant key ascending (see tenant.Key).
+// Tenants with a full bucket are not listed, so fewer than k may come back.
+// See the package doc for its cost and its behaviour in a Redis Cluster.
+func (ts *Tenants) Lowest(ctx context.Context, k int) ([]tenant.Entry, error) {
+	return ts.lowest(ctx, k, "")
+}
+
+// acquire is Acquire at nowMicros (microseconds since the Unix epoch, in
+// decimal), or at the server's time when nowMicros is empty. Only this
+// package's tests pass an instant.
+func (ts *Tenants) acquire(ctx context.Context, ip string, permits int64, nowMicros string) (tenant.Decision, error) {
+	if err := limiter.CheckPermits(permits); err != nil {
+		return tenant.Decision{}, fmt.Errorf("redis: tenant acquire %s: %w", quote(ip), err)
+	}
+	key, name, err := tenant.Key(ip, ts.bits)
+	if err != nil {
+		return tenant.Decision{}, fmt.Errorf("redis: tenant acquire %s: %w", quote(ip), err)
+	}
+	h := hexKey(key)
+	sh := &ts.shards[shardOf(key)]
+	keys := []string{sh.base + h, sh.idx}
+	if ts.policy.Algorithm == limiter.SlidingLog {
+		keys = append(keys, sh.exp)
+	}
+	args := ts.args(strconv.FormatInt(permits, 10), h, nowMicros)
+	v, err := acquireScript.Exec(ctx, ts.client, keys, args).AsIntSlice()
+	if err != nil {
+		return tenant.Decision{}, unavailable("acquire", name, err)
+	}
+	if len(v) != 8 {
+		return tenant.Decision{}, unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v))
+	}
+	return tenant.Decision{Tenant: name, Decision: limiter.Decision{
+		Allowed:         v[0] == 1,
+		Permits:         permits,
+		Remaining:       v[1],
+		Limit:           v[2],
+		RetryAfter:      duration(v[3], v[4]),
+		ResetAfter:      duration(v[5], v[6]),
+		ExceedsCapacity: v[7] == 1,
+	}}, nil
+}
+
+// available is Available at nowMicros, like acquire.
+func (ts *Tenants) available(ctx context.Context, ip, nowMicros string) (tenant.Availability, error) {
+	key, name, err := tenant.Key(ip, ts.bits)
+	if err != nil {
+		return tenant.Availability{}, fmt.Errorf("redis: tenant available %s: %w", quote(ip), err)
+	}
+	sh := &ts.shards[shardOf(key)]
+	v, err := availableScript.Exec(ctx, ts.client, []string{sh.base + hexKey(key)}, ts.args(nowMicros)).AsIntSlice()
+	if err != nil {
+		return tenant.Availability{}, unavailable("available", name, err)
+	}
+	if len(v) != 4 {
+		return tenant.Availability{}, unavailable("available", name, fmt.Errorf("unexpected reply %v", v))
+	}
+	return tenant.Availability{Tenant: name, Availability: limiter.Availability{
+		Remaining: v[0], Limit: v[1], ResetAfter: duration(v[2], v[3]),
+	}}, nil
+}
+
+// args is the policy followed by a script's own arguments.
+func (ts *Tenants) args(own ...string) []string {
+	a := make([]string, 0, len(ts.def)+len(own))
+	return append(append(a, ts.def...), own...)
+}
+
+// unavailable wraps a failure to reach or use Redis.
+func unavailable(op, name string, err error) error {
+	return fmt.Errorf("redis: tenant %s %s: %w: %w", op, name, limiter.ErrUnavailable, err)
+}
+
+// duration is us microseconds plus ns nanoseconds, as the scripts report
+// spans.
+func duration(us, ns int64) time.Duration {
+	return time.Duration(us)*time.Microsecond + time.Duration(ns)
+}
+
+// maxIPLen bounds the input echoed back in an error.
+const maxIPLen = 64
+
+func quote(ip string) string {
+	if len(ip) > maxIPLen {
+		ip = ip[:maxIPLen] + "…"
+	}
+	return strconv.Quote(ip)
+}
