@@ -118,7 +118,7 @@ func TestDocs(t *testing.T) {
 		t.Errorf("Content-Type: got %q, want text/html", page.header.Get("Content-Type"))
 	}
 	html := string(page.body)
-	for _, want := range []string{`<div id="swagger-ui">`, `"swaggerJsonUrl":"/openapi.yaml"`} {
+	for _, want := range []string{`<div id="swagger-ui">`, `SwaggerUIBundle(`, `"/openapi.yaml"`} {
 		if !strings.Contains(html, want) {
 			t.Errorf("/docs: want %s in the page:\n%s", want, html)
 		}

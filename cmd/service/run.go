@@ -16,9 +16,7 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/config"
 	"github.com/ratelimiter/ratelimiter/internal/httpapi"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
-	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 	"github.com/ratelimiter/ratelimiter/internal/telemetry"
-	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
 
 // serviceName names the service in usage text and telemetry.
@@ -96,37 +94,38 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logger.Info("stopped")
 	}()
 
-	limiters := limiter.NewService(memory.New(time.Now))
+	b, err := newBackend(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer b.close()
 	for _, def := range cfg.Limiters {
-		if _, err := limiters.Put(ctx, def); err != nil {
-			return fmt.Errorf("create limiter from %s: %w", cfg.ConfigFile, err)
-		}
 		logger.Debug("limiter declared", "name", def.Name, "limit", def.Policy.Limit,
 			"period", limiter.FormatPeriod(def.Policy.Period), "algorithm", def.Policy.Algorithm)
 	}
-	tenants, err := tenant.New(cfg.Tenants, time.Now)
-	if err != nil {
-		return &configError{fmt.Errorf("per-IP policy: %w", err)}
-	}
-	err = tel.ObserveTenants(func() (int64, int64) {
-		s := tenants.Stats()
-		return int64(s.Tenants), int64(s.IndexEntries)
-	})
-	if err != nil {
-		return err
+	if b.registry != nil {
+		err = tel.ObserveTenants(func() (int64, int64) {
+			s := b.registry.Stats()
+			return int64(s.Tenants), int64(s.IndexEntries)
+		})
+		if err != nil {
+			return err
+		}
 	}
 
 	var ready atomic.Bool
 	handler, err := httpapi.New(httpapi.Options{
-		Limiters:       limiters,
-		Tenants:        tenants,
+		Limiters:       b.limiters,
+		Tenants:        b.tenants,
 		AdminToken:     cfg.AdminToken,
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		Logger:         logger,
 		TracerProvider: tel.TracerProvider,
 		MeterProvider:  tel.MeterProvider,
 		Metrics:        tel.Metrics,
-		Ready:          ready.Load,
+		// Ready while not shutting down and while the backend can decide
+		// as configured.
+		Ready: func() bool { return ready.Load() && b.healthy() },
 	})
 	if err != nil {
 		return fmt.Errorf("http handler: %w", err)

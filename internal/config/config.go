@@ -47,7 +47,35 @@ import (
 // Values of Config.Backend.
 const (
 	BackendMemory = "memory"
+	BackendRedis  = "redis"
 )
+
+// Values of Redis.FailureMode.
+const (
+	FailClosed = "fail-closed"
+	FailOpen   = "fail-open"
+)
+
+// Redis configures the Redis backend.
+type Redis struct {
+	// Addrs are host:port addresses: one standalone server, or seeds of a
+	// Redis Cluster.
+	Addrs []string
+	// Username and Password authenticate; empty means none. The password
+	// is never logged.
+	Username, Password string
+	// TLS connects over TLS, trusting the authorities in TLSCAFile, or the
+	// system's when it is empty.
+	TLS       bool
+	TLSCAFile string
+	// KeyPrefix starts every key the service writes.
+	KeyPrefix string
+	// Timeout bounds one decision's round trip; DialTimeout one connection.
+	Timeout, DialTimeout time.Duration
+	// FailureMode is FailClosed or FailOpen: the decision when Redis does
+	// not answer within Timeout.
+	FailureMode string
+}
 
 // Values of Config.LogFormat.
 const (
@@ -63,8 +91,11 @@ type Config struct {
 	ConfigFile string
 	// Listen is the TCP address to serve on, host:port; port 0 picks one.
 	Listen string
-	// Backend is where limiter state lives: BackendMemory.
+	// Backend is where limiter state lives: BackendMemory or BackendRedis.
 	Backend string
+	// Redis configures the Redis backend; set whatever Backend is, used
+	// only when it is BackendRedis.
+	Redis Redis
 	// AdminToken is the bearer token limiter mutations require; empty
 	// means they are open. It is never logged.
 	AdminToken string
@@ -97,7 +128,8 @@ type Config struct {
 	// version and exits. No other field is set then.
 	ShowVersion bool
 
-	adminTokenFile string
+	adminTokenFile    string
+	redisPasswordFile string
 }
 
 // LogValue describes c for a log record, leaving out the admin token.
@@ -130,6 +162,17 @@ func (c Config) LogValue() slog.Value {
 			slog.Int("max_tenants", c.Tenants.MaxTenants),
 		),
 		slog.Any("limiters", names),
+		slog.Group("redis",
+			slog.Any("addrs", c.Redis.Addrs),
+			slog.String("username", c.Redis.Username),
+			slog.Bool("password_set", c.Redis.Password != ""),
+			slog.Bool("tls", c.Redis.TLS),
+			slog.String("tls_ca_file", c.Redis.TLSCAFile),
+			slog.String("key_prefix", c.Redis.KeyPrefix),
+			slog.String("timeout", c.Redis.Timeout.String()),
+			slog.String("dial_timeout", c.Redis.DialTimeout.String()),
+			slog.String("failure_mode", c.Redis.FailureMode),
+		),
 	)
 }
 
@@ -222,6 +265,19 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("config: %s: %w", origin["admin-token-file"], err)
 		}
 		c.AdminToken = token
+	}
+	if c.redisPasswordFile != "" {
+		if c.Redis.Password != "" {
+			return Config{}, fmt.Errorf("config: both the Redis password (%s) and the Redis password file (%s) are set; set one",
+				origin["redis-password"], origin["redis-password-file"])
+		}
+		b, err := os.ReadFile(c.redisPasswordFile)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %s: read Redis password: %w", origin["redis-password-file"], err)
+		}
+		if c.Redis.Password = strings.TrimSpace(string(b)); c.Redis.Password == "" {
+			return Config{}, fmt.Errorf("config: %s: Redis password file %s is empty", origin["redis-password-file"], c.redisPasswordFile)
+		}
 	}
 	return c, nil
 }

@@ -49,6 +49,10 @@ func TestDefaults(t *testing.T) {
 		IdleTimeout:       60 * time.Second,
 		ShutdownDelay:     0,
 		ShutdownTimeout:   20 * time.Second,
+		Redis: Redis{
+			Addrs: []string{"localhost:6379"}, KeyPrefix: "ratelimiter:",
+			Timeout: 50 * time.Millisecond, DialTimeout: time.Second, FailureMode: FailClosed,
+		},
 		Tenants: tenant.Config{
 			Policy:     limiter.Policy{Limit: 100, Period: time.Minute, Algorithm: limiter.GCRA, Burst: 100},
 			IPv6Prefix: 64,
@@ -107,17 +111,33 @@ func TestPrecedence(t *testing.T) {
 
 func TestEverySettingByFlagAndEnv(t *testing.T) {
 	tokenFile := writeFile(t, "token", "  s3cret\n")
+	passwordFile := writeFile(t, "redis-password", "hunter2\n")
+	caFile := writeFile(t, "ca.pem", "")
 	values := map[string]string{
-		"listen": "127.0.0.1:9999", "backend": "memory", "max-body-bytes": "1024", "max-header-bytes": "4096",
+		"listen": "127.0.0.1:9999", "backend": "redis", "max-body-bytes": "1024", "max-header-bytes": "4096",
 		"log-level": "debug", "log-format": "text",
 		"read-header-timeout": "1s", "read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s",
 		"shutdown-delay": "5s", "shutdown-timeout": "6s",
 		"tenant-limit": "10", "tenant-period": "1h", "tenant-algorithm": "sliding_log", "tenant-burst": "0",
 		"tenant-ipv6-prefix": "48", "tenant-max": "500",
 		"admin-token-file": tokenFile, "config": "",
+		"redis-addrs": "a:1, b:2", "redis-username": "rl", "redis-password-file": passwordFile,
+		"redis-tls": "true", "redis-tls-ca-file": caFile, "redis-key-prefix": "rl1:",
+		"redis-timeout": "20ms", "redis-dial-timeout": "2s", "redis-failure-mode": "fail-open",
+	}
+	// The settings set by file or by another setting's value; every other
+	// one must be in values, so that adding a setting extends this test.
+	for _, s := range settings {
+		if _, ok := values[s.name]; !ok && s.name != "admin-token" && s.name != "redis-password" {
+			t.Errorf("setting --%s is not covered by this test", s.name)
+		}
 	}
 	want := Config{
-		Listen: "127.0.0.1:9999", Backend: BackendMemory, AdminToken: "s3cret",
+		Listen: "127.0.0.1:9999", Backend: BackendRedis, AdminToken: "s3cret",
+		Redis: Redis{
+			Addrs: []string{"a:1", "b:2"}, Username: "rl", Password: "hunter2", TLS: true, TLSCAFile: caFile,
+			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, FailureMode: FailOpen,
+		},
 		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 4096,
 		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
 		IdleTimeout: 4 * time.Second, ShutdownDelay: 5 * time.Second, ShutdownTimeout: 6 * time.Second,
@@ -125,7 +145,8 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 			Policy:     limiter.Policy{Limit: 10, Period: time.Hour, Algorithm: limiter.SlidingLog},
 			IPv6Prefix: 48, MaxTenants: 500,
 		},
-		adminTokenFile: tokenFile,
+		adminTokenFile:    tokenFile,
+		redisPasswordFile: passwordFile,
 	}
 	var args []string
 	environ := map[string]string{}
@@ -236,7 +257,16 @@ func TestInvalid(t *testing.T) {
 		{name: "listen without port", args: []string{"--listen", "localhost"}, want: []string{"--listen", "host:port"}},
 		{name: "listen bad port", env: map[string]string{"RATELIMITER_LISTEN": ":http"}, want: []string{"RATELIMITER_LISTEN", "port"}},
 		{name: "listen port out of range", args: []string{"--listen", ":70000"}, want: []string{"--listen", "0 to 65535"}},
-		{name: "backend redis", args: []string{"--backend", "redis"}, want: []string{"--backend", "planned", "memory"}},
+		{name: "unknown backend", args: []string{"--backend", "etcd"}, want: []string{"--backend", "memory", "redis"}},
+		{name: "redis address", args: []string{"--redis-addrs", "a:1,redis"}, want: []string{"--redis-addrs", `"redis"`, "host:port"}},
+		{name: "redis tls", env: map[string]string{"RATELIMITER_REDIS_TLS": "yes"}, want: []string{"RATELIMITER_REDIS_TLS", "true or false"}},
+		{name: "redis key prefix", args: []string{"--redis-key-prefix", "a{b}"}, want: []string{"--redis-key-prefix", "braces"}},
+		{name: "redis timeout", args: []string{"--redis-timeout", "0s"}, want: []string{"--redis-timeout", "positive"}},
+		{name: "redis failure mode", args: []string{"--redis-failure-mode", "open"}, want: []string{"--redis-failure-mode", "fail-closed", "fail-open"}},
+		{name: "redis password twice", args: []string{"--redis-password", "x", "--redis-password-file", "/nonexistent"},
+			want: []string{"--redis-password", "--redis-password-file", "set one"}},
+		{name: "redis password file missing", args: []string{"--redis-password-file", "/nonexistent/password"},
+			want: []string{"--redis-password-file", "/nonexistent/password"}},
 		{name: "backend unknown", env: map[string]string{"RATELIMITER_BACKEND": "etcd"}, want: []string{"RATELIMITER_BACKEND", `unknown backend "etcd"`}},
 		{name: "token and token file", args: []string{"--admin-token-file", tokenFile}, env: map[string]string{"RATELIMITER_ADMIN_TOKEN": "x"},
 			want: []string{"RATELIMITER_ADMIN_TOKEN", "--admin-token-file", "both"}},

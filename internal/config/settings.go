@@ -32,9 +32,10 @@ const (
 	groupTimeouts = "Timeouts and shutdown"
 	groupTenants  = "Per-IP policy (applies to every requester IP address or IPv6 prefix)"
 	groupLogging  = "Logging"
+	groupRedis    = "Redis backend (with --backend redis)"
 )
 
-var groups = []string{groupServer, groupAdmin, groupTimeouts, groupTenants, groupLogging}
+var groups = []string{groupServer, groupAdmin, groupTimeouts, groupTenants, groupRedis, groupLogging}
 
 // settings lists every setting that has a flag and an environment variable,
 // in the order their defaults, file values, environment variables and flags
@@ -62,16 +63,14 @@ var settings = []setting{
 	},
 	{
 		name: "backend", env: "RATELIMITER_BACKEND", def: BackendMemory, arg: "name", group: groupServer,
-		usage: "Where limiter state lives: \"memory\" (this process only, for a single replica). \"redis\" is planned.",
+		usage: "Where limiter state lives: \"memory\" (this process only, for a single replica) or \"redis\" " +
+			"(shared by every replica that uses the same Redis; see the Redis settings).",
 		apply: func(c *Config, v string) error {
-			switch v {
-			case BackendMemory:
-				c.Backend = v
-				return nil
-			case "redis":
-				return fmt.Errorf("backend %q is planned but not available yet; use %q", v, BackendMemory)
+			if v != BackendMemory && v != BackendRedis {
+				return fmt.Errorf("unknown backend %q (want %q or %q)", v, BackendMemory, BackendRedis)
 			}
-			return fmt.Errorf("unknown backend %q (want %q)", v, BackendMemory)
+			c.Backend = v
+			return nil
 		},
 	},
 	{
@@ -179,6 +178,90 @@ var settings = []setting{
 		name: "tenant-max", env: "RATELIMITER_TENANT_MAX", file: "tenants.max_tenants", def: "1000000", arg: "count", group: groupTenants,
 		usage: "Most requesters tracked at once: bounds the memory the per-IP state uses.",
 		apply: integer(func(c *Config) *int { return &c.Tenants.MaxTenants }, 1, 1_000_000_000),
+	},
+	{
+		name: "redis-addrs", env: "RATELIMITER_REDIS_ADDRS", def: "localhost:6379", arg: "host:port,...", group: groupRedis,
+		usage: "Redis server address, or comma-separated seed addresses of a Redis Cluster (the other nodes are discovered).",
+		apply: func(c *Config, v string) error {
+			var addrs []string
+			for _, a := range strings.Split(v, ",") {
+				a = strings.TrimSpace(a)
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					return fmt.Errorf("%q is not a host:port address such as \"redis:6379\"", a)
+				}
+				addrs = append(addrs, a)
+			}
+			c.Redis.Addrs = addrs
+			return nil
+		},
+	},
+	{
+		name: "redis-username", env: "RATELIMITER_REDIS_USERNAME", arg: "name", group: groupRedis,
+		usage: "Redis ACL user name. Empty: the default user.",
+		apply: func(c *Config, v string) error { c.Redis.Username = v; return nil },
+	},
+	{
+		name: "redis-password", env: "RATELIMITER_REDIS_PASSWORD", arg: "password", group: groupRedis,
+		usage: "Redis password. Empty: none. Prefer --redis-password-file or the environment variable.",
+		apply: func(c *Config, v string) error { c.Redis.Password = v; return nil },
+	},
+	{
+		name: "redis-password-file", env: "RATELIMITER_REDIS_PASSWORD_FILE", arg: "path", group: groupRedis,
+		usage: "File holding the Redis password (surrounding whitespace is ignored), such as a mounted secret. " +
+			"Setting both the password and the password file is an error.",
+		apply: func(c *Config, v string) error { c.redisPasswordFile = v; return nil },
+	},
+	{
+		name: "redis-tls", env: "RATELIMITER_REDIS_TLS", def: "false", arg: "bool", group: groupRedis,
+		usage: "Connect to Redis over TLS.",
+		apply: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", v)
+			}
+			c.Redis.TLS = b
+			return nil
+		},
+	},
+	{
+		name: "redis-tls-ca-file", env: "RATELIMITER_REDIS_TLS_CA_FILE", arg: "path", group: groupRedis,
+		usage: "PEM file of the certificate authorities that sign the Redis server's certificate. Empty: the system's.",
+		apply: func(c *Config, v string) error { c.Redis.TLSCAFile = v; return nil },
+	},
+	{
+		name: "redis-key-prefix", env: "RATELIMITER_REDIS_KEY_PREFIX", def: "ratelimiter:", arg: "prefix", group: groupRedis,
+		usage: "Prefix of every key the service writes, so that several deployments can share one Redis. " +
+			"At most 64 printable characters, without braces or spaces.",
+		apply: func(c *Config, v string) error {
+			if len(v) > 64 || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r > '~' || r == '{' || r == '}' }) {
+				return fmt.Errorf("%q must be at most 64 printable ASCII characters without braces or spaces", v)
+			}
+			c.Redis.KeyPrefix = v
+			return nil
+		},
+	},
+	{
+		name: "redis-timeout", env: "RATELIMITER_REDIS_TIMEOUT", def: "50ms", arg: "duration", group: groupRedis,
+		usage: "Longest wait for Redis to answer one decision; past it the decision follows the failure mode.",
+		apply: duration(func(c *Config) *time.Duration { return &c.Redis.Timeout }, false),
+	},
+	{
+		name: "redis-dial-timeout", env: "RATELIMITER_REDIS_DIAL_TIMEOUT", def: "1s", arg: "duration", group: groupRedis,
+		usage: "Longest wait to open a connection to a Redis node.",
+		apply: duration(func(c *Config) *time.Duration { return &c.Redis.DialTimeout }, false),
+	},
+	{
+		name: "redis-failure-mode", env: "RATELIMITER_REDIS_FAILURE_MODE", def: FailClosed, arg: "mode", group: groupRedis,
+		usage: "What a decision is when Redis cannot answer in time: \"fail-closed\" denies it (and /readyz reports " +
+			"not ready while Redis is unreachable), \"fail-open\" allows it. Either way the answer says it was made " +
+			"without Redis.",
+		apply: func(c *Config, v string) error {
+			if v != FailClosed && v != FailOpen {
+				return fmt.Errorf("unknown failure mode %q (want %q or %q)", v, FailClosed, FailOpen)
+			}
+			c.Redis.FailureMode = v
+			return nil
+		},
 	},
 	{
 		name: "log-level", env: "RATELIMITER_LOG_LEVEL", def: "info", arg: "level", group: groupLogging,

@@ -33,6 +33,10 @@ var (
 	imageErr  error
 )
 
+// EnsureImage builds Image unless the Docker engine has it, for tests that
+// run Redis containers of their own (on a network of theirs, say).
+func EnsureImage(ctx context.Context) error { return ensureImage(ctx) }
+
 // ensureImage builds Image once per test binary unless the engine has it.
 func ensureImage(ctx context.Context) error {
 	imageOnce.Do(func() { imageErr = buildImageIfMissing(ctx) })

@@ -176,13 +176,33 @@ func (s *Server) Pause(t testing.TB) {
 		t.Fatalf("redistest: pause: %v", err)
 	}
 	// Cleanups run last first: the container is running again when it
-	// is terminated.
+	// is terminated, unless Unpause did that already.
 	t.Cleanup(func() {
 		defer cli.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
+		info, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err == nil && (info.Container.State == nil || !info.Container.State.Paused) {
+			return
+		}
 		if _, err := cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{}); err != nil {
 			t.Errorf("redistest: unpause: %v", err)
 		}
 	})
+}
+
+// Unpause lets a paused server run again: it answers on the same address,
+// with the data it held.
+func (s *Server) Unpause(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatalf("redistest: unpause: %v", err)
+	}
+	defer cli.Close()
+	if _, err := cli.ContainerUnpause(ctx, s.container.GetContainerID(), client.ContainerUnpauseOptions{}); err != nil {
+		t.Fatalf("redistest: unpause: %v", err)
+	}
 }

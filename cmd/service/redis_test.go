@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/client"
+	"github.com/ratelimiter/ratelimiter/internal/redistest"
+)
+
+// replica starts the service on the Redis backend at addr and returns a
+// client of it once it reports ready.
+func replica(t *testing.T, addr string, env map[string]string) *client.ClientWithResponses {
+	t.Helper()
+	all := map[string]string{"RATELIMITER_BACKEND": "redis", "RATELIMITER_REDIS_ADDRS": addr}
+	for k, v := range env {
+		all[k] = v
+	}
+	base, _, _, _ := start(t, []string{"--listen", "127.0.0.1:0"}, all)
+	c, err := client.NewClientWithResponses(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, http.StatusOK)
+	return c
+}
+
+// waitReady polls /readyz until it answers want, for up to 30 seconds.
+func waitReady(t *testing.T, c *client.ClientWithResponses, want int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := c.GetReadinessWithResponse(t.Context())
+		if err == nil && res.StatusCode() == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz did not answer %d within 30s (last: %v, %v)", want, res, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func acquire(t *testing.T, c *client.ClientWithResponses, name string, permits int64) client.Decision {
+	t.Helper()
+	res, err := c.AcquireWithResponse(t.Context(), name, client.AcquireRequest{Permits: &permits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.JSON200 == nil {
+		t.Fatalf("acquire %s: got %s %s, want 200", name, res.Status(), res.Body)
+	}
+	return *res.JSON200
+}
+
+// Two replicas over one Redis behave as one limiter.
+func TestRedisBackendIsShared(t *testing.T) {
+	addr := redistest.Standalone(t)
+	a, b := replica(t, addr, nil), replica(t, addr, nil)
+	ctx := context.Background()
+
+	put, err := a.PutLimiterWithResponse(ctx, "shared", client.LimiterSpec{Limit: 10, Period: "1h"})
+	if err != nil || put.StatusCode() != http.StatusCreated {
+		t.Fatalf("put through a: %v %v", put, err)
+	}
+	got, err := b.GetLimiterWithResponse(ctx, "shared")
+	if err != nil || got.JSON200 == nil || got.JSON200.Limit != 10 {
+		t.Fatalf("get through b: %v %v, want the limiter created through a", got, err)
+	}
+	granted := 0
+	for i := range 15 {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		if d := acquire(t, c, "shared", 1); d.Allowed {
+			granted++
+		} else if d.Degraded != nil {
+			t.Fatalf("decision %d was degraded with Redis up", i)
+		}
+	}
+	if granted != 10 {
+		t.Errorf("granted %d of 15 acquisitions through two replicas, want the limit, 10", granted)
+	}
+
+	one := int64(3)
+	if res, err := a.AcquireTenantWithResponse(ctx, "198.51.100.7", client.AcquireTenantJSONRequestBody{Permits: &one}); err != nil || res.JSON200 == nil || !res.JSON200.Allowed {
+		t.Fatalf("acquire tenant through a: %v %v", res, err)
+	}
+	av, err := b.GetTenantAvailableWithResponse(ctx, "198.51.100.7")
+	if err != nil || av.JSON200 == nil || av.JSON200.Remaining != av.JSON200.Limit-3 {
+		t.Fatalf("tenant available through b: %v %v, want 3 taken", av, err)
+	}
+	k := int32(5)
+	low, err := b.ListLowestTenantsWithResponse(ctx, &client.ListLowestTenantsParams{K: &k})
+	if err != nil || low.JSON200 == nil || len(low.JSON200.Items) != 1 || low.JSON200.Items[0].Tenant != "198.51.100.7" {
+		t.Fatalf("lowest through b: %v %v, want the tenant acquired through a", low, err)
+	}
+}
+
+// When Redis stops answering, fail-closed denies and turns the replica
+// unready; when it answers again, both recover without a restart.
+func TestRedisOutageFailClosed(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	c := replica(t, srv.Addr, map[string]string{"RATELIMITER_REDIS_TIMEOUT": "100ms"})
+	if res, err := c.PutLimiterWithResponse(t.Context(), "upstream", client.LimiterSpec{Limit: 100, Period: "1h"}); err != nil || res.StatusCode() != http.StatusCreated {
+		t.Fatalf("put: %v %v", res, err)
+	}
+
+	srv.Pause(t)
+	d := acquire(t, c, "upstream", 1)
+	if d.Allowed || d.Degraded == nil || !*d.Degraded {
+		t.Errorf("acquire with Redis paused: got %+v, want a degraded denial", d)
+	}
+	waitReady(t, c, http.StatusServiceUnavailable)
+
+	srv.Unpause(t)
+	waitReady(t, c, http.StatusOK)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d := acquire(t, c, "upstream", 1)
+		if d.Degraded == nil && d.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decisions still degraded 30s after Redis came back: %+v", d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// With fail-open, an outage grants and the replica stays ready; a replica
+// started while Redis is unreachable serves degraded decisions too.
+func TestRedisOutageFailOpen(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	env := map[string]string{"RATELIMITER_REDIS_FAILURE_MODE": "fail-open", "RATELIMITER_REDIS_TIMEOUT": "100ms"}
+	c := replica(t, srv.Addr, env)
+	if res, err := c.PutLimiterWithResponse(t.Context(), "upstream", client.LimiterSpec{Limit: 1, Period: "1h"}); err != nil || res.StatusCode() != http.StatusCreated {
+		t.Fatalf("put: %v %v", res, err)
+	}
+	srv.Stop(t)
+	for range 3 {
+		if d := acquire(t, c, "upstream", 1); !d.Allowed || d.Degraded == nil {
+			t.Errorf("acquire with Redis stopped: got %+v, want a degraded grant", d)
+		}
+	}
+	waitReady(t, c, http.StatusOK)
+
+	// A replica whose Redis has never answered.
+	late := replica(t, srv.Addr, env)
+	if d := acquire(t, late, "upstream", 1); !d.Allowed || d.Degraded == nil {
+		t.Errorf("acquire before Redis ever answered: got %+v, want a degraded grant", d)
+	}
+}
