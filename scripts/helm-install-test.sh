@@ -5,7 +5,8 @@
 # deploy/helm/test/install_test.go, which starts etcd and the API server,
 # runs helm install, checks every object, runs helm upgrade with changed
 # values, runs helm uninstall, checks every object is gone, and stops both
-# servers. Pods never start: there is no kubelet.
+# servers; then the same with the Redis backend and three replicas. Pods
+# never start: there is no kubelet.
 #
 #   ./scripts/helm-install-test.sh
 #

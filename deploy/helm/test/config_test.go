@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/ratelimiter/ratelimiter/internal/config"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -53,12 +54,40 @@ func mountedFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, file str
 	return corev1.Volume{}, ""
 }
 
+// existingSecretValue is what the tests take key of a Secret the chart does
+// not create to hold: a value naming both, so that a test can tell which
+// Secret and key a mounted file came from.
+func existingSecretValue(secret, key string) string {
+	return "from-" + secret + "." + key
+}
+
+// secretFile returns the Secret and key the pod shows at file, an absolute
+// path in container c, and what the pod reads there: the value in the
+// chart's own Secret, or existingSecretValue for another Secret.
+func secretFile(t *testing.T, m *manifests, c corev1.Container, file string) (secret, key, content string) {
+	t.Helper()
+	vol, key := mountedFile(t, m.Deployment.Spec.Template.Spec, c, file)
+	if vol.Secret == nil {
+		t.Fatalf("%s: got volume %+v, want a Secret", file, vol)
+	}
+	name := vol.Secret.SecretName
+	s, ok := m.Secrets[name]
+	if !ok {
+		return name, key, existingSecretValue(name, key)
+	}
+	b, ok := s.Data[key]
+	if !ok {
+		t.Fatalf("Secret %s has no key %s", name, key)
+	}
+	return name, key, string(b)
+}
+
 // serviceConfig runs the service's own configuration loader on what the
 // rendered Deployment gives the container: its environment and the files
-// mounted from the ConfigMap and the admin token Secret, written to a
-// temporary directory. A token from a Secret the chart does not create is
-// read as existingToken. It also returns the container's environment.
-func serviceConfig(t *testing.T, m *manifests, existingToken string) (config.Config, map[string]corev1.EnvVar) {
+// mounted from the ConfigMap and from Secrets (admin token, Redis password,
+// Redis CA certificates), written to a temporary directory. It also returns
+// the container's environment.
+func serviceConfig(t *testing.T, m *manifests) (config.Config, map[string]corev1.EnvVar) {
 	t.Helper()
 	spec := m.Deployment.Spec.Template.Spec
 	c := m.container(t)
@@ -85,20 +114,11 @@ func serviceConfig(t *testing.T, m *manifests, existingToken string) (config.Con
 	}
 	values["RATELIMITER_CONFIG"] = writeFile(t, dir, "config.yaml", file)
 
-	if tokenPath := vars["RATELIMITER_ADMIN_TOKEN_FILE"].Value; tokenPath != "" {
-		vol, key := mountedFile(t, spec, c, tokenPath)
-		if vol.Secret == nil {
-			t.Fatalf("RATELIMITER_ADMIN_TOKEN_FILE=%s: got volume %+v, want a Secret", tokenPath, vol)
+	for _, name := range []string{"RATELIMITER_ADMIN_TOKEN_FILE", "RATELIMITER_REDIS_PASSWORD_FILE", "RATELIMITER_REDIS_TLS_CA_FILE"} {
+		if p := vars[name].Value; p != "" {
+			_, _, content := secretFile(t, m, c, p)
+			values[name] = writeFile(t, dir, name, content)
 		}
-		token := existingToken
-		if m.Secret != nil && m.Secret.Name == vol.Secret.SecretName {
-			b, ok := m.Secret.Data[key]
-			if !ok {
-				t.Fatalf("Secret %s has no key %s", m.Secret.Name, key)
-			}
-			token = string(b)
-		}
-		values["RATELIMITER_ADMIN_TOKEN_FILE"] = writeFile(t, dir, "token", token)
 	}
 
 	cfg, err := config.Load(nil, func(name string) string { return values[name] })
@@ -141,7 +161,6 @@ func wantPolicy(t *testing.T, v map[string]any) limiter.Policy {
 // values say.
 func TestConfigWiring(t *testing.T) {
 	t.Parallel()
-	const existingToken = "token-from-an-existing-secret"
 	sets := append(allValueSets(t), valueSet{
 		name: "limiter names YAML would read as other types",
 		extra: `config:
@@ -153,13 +172,30 @@ func TestConfigWiring(t *testing.T) {
     - {name: "on", limit: 5, period: 5s}
     - {name: "0x1F", limit: 6, period: 1.5h}
 `,
+	}, valueSet{
+		name:  "redis with its defaults",
+		extra: "backend: {type: redis, redis: {addrs: ['redis:6379']}}\n",
+	}, valueSet{
+		name: "redis cluster seeds over TLS with the system's authorities",
+		extra: `backend:
+  type: redis
+  redis:
+    addrs: ['10.0.0.5:7000', '[fd00::6]:7001', 'redis-2.cache.svc.cluster.local:7002']
+    username: limits
+    password: "pass word"
+    tls: {enabled: true}
+    keyPrefix: 'a:b|c~!"\\#%'
+    timeout: 1.5s
+    dialTimeout: 1m30s
+`,
 	})
 	for _, vs := range sets {
 		t.Run(vs.name, func(t *testing.T) {
 			t.Parallel()
 			m := render(t, vs)
 			values := vs.values(t)
-			cfg, vars := serviceConfig(t, m, existingToken)
+			cfg, vars := serviceConfig(t, m)
+			c := m.container(t)
 
 			var wantLimiters []limiter.Definition
 			for _, l := range lookup(t, values, "config", "limiters").([]any) {
@@ -176,14 +212,14 @@ func TestConfigWiring(t *testing.T) {
 
 			wantToken := lookupString(t, values, "adminToken", "value")
 			if s := lookupString(t, values, "adminToken", "existingSecret"); s != "" {
-				wantToken = existingToken
-				vol, key := mountedFile(t, m.Deployment.Spec.Template.Spec, m.container(t), vars["RATELIMITER_ADMIN_TOKEN_FILE"].Value)
 				wantKey := lookupString(t, values, "adminToken", "existingSecretKey")
-				if vol.Secret.SecretName != s || key != wantKey {
-					t.Errorf("admin token volume: got Secret %s key %s, want %s key %s", vol.Secret.SecretName, key, s, wantKey)
+				wantToken = existingSecretValue(s, wantKey)
+				secret, key, _ := secretFile(t, m, c, vars["RATELIMITER_ADMIN_TOKEN_FILE"].Value)
+				if secret != s || key != wantKey {
+					t.Errorf("admin token volume: got Secret %s key %s, want %s key %s", secret, key, s, wantKey)
 				}
-				if m.Secret != nil {
-					t.Errorf("got Secret %s, want none with an existing Secret", m.Secret.Name)
+				if _, ok := m.Secrets[m.Deployment.Name+"-admin-token"]; ok {
+					t.Error("got the chart's admin token Secret, want none with an existing Secret")
 				}
 			}
 			if cfg.AdminToken != wantToken {
@@ -192,6 +228,8 @@ func TestConfigWiring(t *testing.T) {
 			if _, ok := vars["RATELIMITER_ADMIN_TOKEN"]; ok {
 				t.Error("RATELIMITER_ADMIN_TOKEN is set: the token belongs in a file, never in the pod spec")
 			}
+
+			checkRedisConfig(t, m, values, cfg)
 
 			checks := []struct {
 				name      string
@@ -218,6 +256,118 @@ func TestConfigWiring(t *testing.T) {
 	}
 }
 
+// checkRedisConfig checks that the service loaded the Redis settings the
+// values give, and that with the memory backend the pod carries none.
+func checkRedisConfig(t *testing.T, m *manifests, values map[string]any, cfg config.Config) {
+	t.Helper()
+	c := m.container(t)
+	vars := env(c)
+	if _, ok := vars["RATELIMITER_REDIS_PASSWORD"]; ok {
+		t.Error("RATELIMITER_REDIS_PASSWORD is set: the password belongs in a file, never in the pod spec")
+	}
+	chartSecret := m.Deployment.Name + "-redis"
+	redisVolumes := 0
+	for _, v := range m.Deployment.Spec.Template.Spec.Volumes {
+		if strings.HasPrefix(v.Name, "redis-") {
+			redisVolumes++
+		}
+	}
+
+	if lookupString(t, values, "backend", "type") != config.BackendRedis {
+		if names := envNames(vars, "RATELIMITER_REDIS_"); len(names) > 0 {
+			t.Errorf("memory backend: got %v set, want no Redis settings", names)
+		}
+		if _, ok := m.Secrets[chartSecret]; ok {
+			t.Errorf("memory backend: got Secret %s, want none", chartSecret)
+		}
+		if redisVolumes != 0 {
+			t.Errorf("memory backend: got %d Redis volumes, want none", redisVolumes)
+		}
+		return
+	}
+
+	r := lookup(t, values, "backend", "redis").(map[string]any)
+	var addrs []string
+	for _, a := range lookup(t, r, "addrs").([]any) {
+		addrs = append(addrs, a.(string))
+	}
+	if !slices.Equal(cfg.Redis.Addrs, addrs) {
+		t.Errorf("Redis addresses: got %q, want %q", cfg.Redis.Addrs, addrs)
+	}
+
+	wantVolumes := 0
+	wantPassword := lookupString(t, r, "password")
+	passwordSet := wantPassword != "" || lookupString(t, r, "existingSecret") != ""
+	if got := vars["RATELIMITER_REDIS_PASSWORD_FILE"].Value; (got != "") != passwordSet {
+		t.Fatalf("RATELIMITER_REDIS_PASSWORD_FILE: got %q, want it set exactly when a password is", got)
+	}
+	if s := lookupString(t, r, "existingSecret"); s != "" {
+		wantKey := lookupString(t, r, "existingSecretKey")
+		wantPassword = existingSecretValue(s, wantKey)
+		if secret, key, _ := secretFile(t, m, c, vars["RATELIMITER_REDIS_PASSWORD_FILE"].Value); secret != s || key != wantKey {
+			t.Errorf("Redis password volume: got Secret %s key %s, want %s key %s", secret, key, s, wantKey)
+		}
+		if _, ok := m.Secrets[chartSecret]; ok {
+			t.Errorf("got Secret %s, want none with an existing Secret", chartSecret)
+		}
+	} else if wantPassword != "" {
+		if secret, _, _ := secretFile(t, m, c, vars["RATELIMITER_REDIS_PASSWORD_FILE"].Value); secret != chartSecret {
+			t.Errorf("Redis password volume: got Secret %s, want the chart's %s", secret, chartSecret)
+		}
+	}
+	if wantPassword != "" {
+		wantVolumes++
+	}
+	if cfg.Redis.Password != wantPassword {
+		t.Errorf("Redis password: got %q, want %q", cfg.Redis.Password, wantPassword)
+	}
+
+	tls := lookup(t, r, "tls").(map[string]any)
+	caSecret := lookupString(t, tls, "caSecret")
+	if got := vars["RATELIMITER_REDIS_TLS_CA_FILE"].Value; (got != "") != (caSecret != "") {
+		t.Fatalf("RATELIMITER_REDIS_TLS_CA_FILE: got %q, want it set exactly when tls.caSecret is", got)
+	}
+	if s := caSecret; s != "" {
+		wantVolumes++
+		wantKey := lookupString(t, tls, "caKey")
+		if secret, key, _ := secretFile(t, m, c, vars["RATELIMITER_REDIS_TLS_CA_FILE"].Value); secret != s || key != wantKey {
+			t.Errorf("Redis CA volume: got Secret %s key %s, want %s key %s", secret, key, s, wantKey)
+		}
+		// The loader takes the path from the environment; the file there
+		// must be the one mounted from the CA Secret.
+		b, err := os.ReadFile(cfg.Redis.TLSCAFile)
+		if err != nil {
+			t.Fatalf("Redis CA file: %v", err)
+		}
+		if got, want := string(b), existingSecretValue(s, wantKey); got != want {
+			t.Errorf("Redis CA file holds %q, want %q", got, want)
+		}
+	} else if cfg.Redis.TLSCAFile != "" {
+		t.Errorf("Redis CA file: got %q, want none", cfg.Redis.TLSCAFile)
+	}
+	if redisVolumes != wantVolumes {
+		t.Errorf("Redis volumes: got %d, want %d", redisVolumes, wantVolumes)
+	}
+
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"backend", cfg.Backend, config.BackendRedis},
+		{"Redis username", cfg.Redis.Username, lookupString(t, r, "username")},
+		{"Redis TLS", cfg.Redis.TLS, lookup(t, tls, "enabled")},
+		{"Redis key prefix", cfg.Redis.KeyPrefix, lookupString(t, r, "keyPrefix")},
+		{"Redis timeout", cfg.Redis.Timeout, mustDuration(t, lookupString(t, r, "timeout"))},
+		{"Redis dial timeout", cfg.Redis.DialTimeout, mustDuration(t, lookupString(t, r, "dialTimeout"))},
+		{"Redis failure mode", cfg.Redis.FailureMode, lookupString(t, r, "failureMode")},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
 func mustDuration(t *testing.T, s string) time.Duration {
 	t.Helper()
 	d, err := time.ParseDuration(s)
@@ -227,31 +377,59 @@ func mustDuration(t *testing.T, s string) time.Duration {
 	return d
 }
 
-// TestChecksumAnnotations checks that the pod template changes, so that the
-// pods roll, exactly when the configuration file or the chart's admin token
-// Secret changes.
+// TestChecksumAnnotations checks that each checksum annotation of the pod
+// template changes exactly when what it covers changes (the configuration
+// file, the chart's admin token Secret, the chart's Redis password Secret),
+// and that any change to the Redis settings changes the pod template, so
+// that the pods roll.
 func TestChecksumAnnotations(t *testing.T) {
 	t.Parallel()
-	const base = `adminToken:
+	const base = `backend:
+  type: redis
+  redis:
+    addrs: ['redis:6379']
+    password: first-password
+adminToken:
   value: first-token
 config:
   limiters:
     - {name: upstream, limit: 10, period: 1m}
 `
+	// redis returns base with one more backend.redis setting.
+	redis := func(setting string) string {
+		return strings.Replace(base, "    password: first-password\n", "    password: first-password\n    "+setting+"\n", 1)
+	}
 	tests := []struct {
-		name                         string
-		extra                        string
-		configChanges, secretChanges bool
+		name                                             string
+		extra                                            string
+		configChanges, secretChanges, redisSecretChanges bool
+		templateChanges                                  bool
 	}{
 		{name: "same values", extra: base},
-		{name: "limiter added", extra: base + "    - {name: other, limit: 1, period: 1s}\n", configChanges: true},
-		{name: "limit changed", extra: strings.Replace(base, "limit: 10", "limit: 11", 1), configChanges: true},
-		{name: "per-IP policy changed", extra: base + "  tenants: {limit: 7}\n", configChanges: true},
-		{name: "admin token changed", extra: strings.Replace(base, "first-token", "second-token", 1), secretChanges: true},
-		{name: "unrelated value changed", extra: base + "log: {level: debug}\n"},
+		{name: "limiter added", extra: base + "    - {name: other, limit: 1, period: 1s}\n", configChanges: true, templateChanges: true},
+		{name: "limit changed", extra: strings.Replace(base, "limit: 10", "limit: 11", 1), configChanges: true, templateChanges: true},
+		{name: "per-IP policy changed", extra: base + "  tenants: {limit: 7}\n", configChanges: true, templateChanges: true},
+		{name: "admin token changed", extra: strings.Replace(base, "first-token", "second-token", 1), secretChanges: true, templateChanges: true},
+		{name: "Redis password changed", extra: strings.Replace(base, "first-password", "second-password", 1), redisSecretChanges: true, templateChanges: true},
+		{
+			name:  "Redis password moved to an existing Secret",
+			extra: strings.Replace(base, "password: first-password", "existingSecret: redis-auth", 1), redisSecretChanges: true, templateChanges: true,
+		},
+		{name: "Redis address changed", extra: strings.Replace(base, "redis:6379", "redis-2:6379", 1), templateChanges: true},
+		{name: "Redis address added", extra: strings.Replace(base, "'redis:6379'", "'redis:6379', 'redis-2:6379'", 1), templateChanges: true},
+		{name: "Redis user set", extra: redis("username: limits"), templateChanges: true},
+		{name: "Redis TLS on", extra: redis("tls: {enabled: true}"), templateChanges: true},
+		{name: "Redis CA set", extra: redis("tls: {enabled: true, caSecret: redis-ca}"), templateChanges: true},
+		{name: "Redis key prefix changed", extra: redis("keyPrefix: 'other:'"), templateChanges: true},
+		{name: "Redis timeout changed", extra: redis("timeout: 75ms"), templateChanges: true},
+		{name: "Redis dial timeout changed", extra: redis("dialTimeout: 3s"), templateChanges: true},
+		{name: "Redis failure mode changed", extra: redis("failureMode: fail-open"), templateChanges: true},
+		{name: "unrelated value changed", extra: base + "log: {level: debug}\n", templateChanges: true},
+		{name: "value outside the pod changed", extra: base + "service: {port: 80}\n"},
 	}
-	before := render(t, valueSet{name: "base", extra: base}).Deployment.Spec.Template.Annotations
-	for _, key := range []string{"checksum/config", "checksum/secret"} {
+	baseline := render(t, valueSet{name: "base", extra: base}).Deployment.Spec.Template
+	before := baseline.Annotations
+	for _, key := range []string{"checksum/config", "checksum/secret", "checksum/redis-secret"} {
 		if len(before[key]) != 64 {
 			t.Fatalf("annotation %s: got %q, want a SHA-256 in hex", key, before[key])
 		}
@@ -259,11 +437,19 @@ config:
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			after := render(t, valueSet{name: tt.name, extra: tt.extra}).Deployment.Spec.Template.Annotations
-			for key, wantChange := range map[string]bool{"checksum/config": tt.configChanges, "checksum/secret": tt.secretChanges} {
+			template := render(t, valueSet{name: tt.name, extra: tt.extra}).Deployment.Spec.Template
+			after := template.Annotations
+			for key, wantChange := range map[string]bool{
+				"checksum/config":       tt.configChanges,
+				"checksum/secret":       tt.secretChanges,
+				"checksum/redis-secret": tt.redisSecretChanges,
+			} {
 				if changed := after[key] != before[key]; changed != wantChange {
 					t.Errorf("%s changed: got %v, want %v (before %s, after %s)", key, changed, wantChange, before[key], after[key])
 				}
+			}
+			if changed := !equality.Semantic.DeepEqual(template, baseline); changed != tt.templateChanges {
+				t.Errorf("pod template changed: got %v, want %v", changed, tt.templateChanges)
 			}
 		})
 	}

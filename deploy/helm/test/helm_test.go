@@ -226,8 +226,8 @@ func ciValueSets(t *testing.T) []valueSet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 4 {
-		t.Fatalf("got %d ci/*-values.yaml files, want at least 4", len(files))
+	if len(files) < 6 {
+		t.Fatalf("got %d ci/*-values.yaml files, want at least 6", len(files))
 	}
 	sets := make([]valueSet, len(files))
 	for i, f := range files {
@@ -258,7 +258,7 @@ type manifests struct {
 	Service        *corev1.Service
 	ServiceAccount *corev1.ServiceAccount
 	ConfigMap      *corev1.ConfigMap
-	Secret         *corev1.Secret
+	Secrets        map[string]*corev1.Secret // by name
 	PDB            *policyv1.PodDisruptionBudget
 	HPA            *autoscalingv2.HorizontalPodAutoscaler
 	NetworkPolicy  *networkingv1.NetworkPolicy
@@ -282,7 +282,7 @@ func render(t *testing.T, vs valueSet) *manifests {
 
 func decode(t *testing.T, out string) *manifests {
 	t.Helper()
-	m := &manifests{}
+	m := &manifests{Secrets: make(map[string]*corev1.Secret)}
 	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(out)))
 	for {
 		doc, err := r.Read()
@@ -311,7 +311,8 @@ func decode(t *testing.T, out string) *manifests {
 		case "v1 ConfigMap":
 			dst = into(t, &m.ConfigMap)
 		case "v1 Secret":
-			dst = into(t, &m.Secret)
+			// The chart may make several Secrets, one for each value.
+			dst = new(corev1.Secret)
 		case "policy/v1 PodDisruptionBudget":
 			dst = into(t, &m.PDB)
 		case "autoscaling/v2 HorizontalPodAutoscaler":
@@ -326,12 +327,18 @@ func decode(t *testing.T, out string) *manifests {
 		if err := yaml.UnmarshalStrict(doc, dst); err != nil {
 			t.Fatalf("decode %s strictly: %v\n%s", meta.Kind, err, doc)
 		}
+		if s, ok := dst.(*corev1.Secret); ok {
+			if _, dup := m.Secrets[s.Name]; dup {
+				t.Fatalf("two Secrets named %s", s.Name)
+			}
+			m.Secrets[s.Name] = s
+		}
 	}
 	return m
 }
 
 // into allocates *p, failing the test if a previous object already did:
-// the chart renders at most one object of each kind.
+// the chart renders at most one object of each kind but Secret.
 func into[T any](t *testing.T, p **T) *T {
 	t.Helper()
 	if *p != nil {

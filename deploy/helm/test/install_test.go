@@ -88,13 +88,17 @@ func TestInstall(t *testing.T) {
 		}
 		return out
 	}
-	manifest := func() []*unstructured.Unstructured {
+	manifestOf := func(release string) []*unstructured.Unstructured {
 		t.Helper()
-		out, err := helm(false, "get", "manifest", installRelease, "--namespace", installNamespace)
+		out, err := helm(false, "get", "manifest", release, "--namespace", installNamespace)
 		if err != nil {
 			t.Fatalf("helm get manifest: %v", err)
 		}
 		return manifestObjects(t, out)
+	}
+	manifest := func() []*unstructured.Unstructured {
+		t.Helper()
+		return manifestOf(installRelease)
 	}
 	chart := filepath.Join("..", "ratelimiter")
 
@@ -197,6 +201,52 @@ func TestInstall(t *testing.T) {
 	if out := helmRun("list", "--namespace", installNamespace, "--all", "--short"); strings.TrimSpace(out) != "" {
 		t.Errorf("helm list after uninstall = %q, want no releases", out)
 	}
+
+	// With the Redis backend, several replicas share one state: the chart
+	// accepts them, and the password reaches the pods only as a file.
+	const redisRelease, redisPassword = "rl-redis", "install-redis-password"
+	helmRun("install", redisRelease, chart, "--namespace", installNamespace,
+		"--set", "replicaCount=3",
+		"--set", "backend.type=redis",
+		"--set", "backend.redis.addrs={redis-0.redis:6379,redis-1.redis:6379}",
+		"--set", "backend.redis.password="+redisPassword,
+		"--set", "networkPolicy.enabled=true",
+		"--set", "networkPolicy.egress.enabled=true")
+	redisObjects := manifestOf(redisRelease)
+	checkExist(t, c, redisObjects)
+	dep, err = kube.AppsV1().Deployments(installNamespace).Get(ctx, redisRelease+"-ratelimiter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get redis deployment: %v", err)
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
+		t.Errorf("redis deployment replicas = %v, want 3", dep.Spec.Replicas)
+	}
+	redisEnv := map[string]string{}
+	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		redisEnv[e.Name] = e.Value
+	}
+	if redisEnv["RATELIMITER_BACKEND"] != "redis" || redisEnv["RATELIMITER_REDIS_ADDRS"] != "redis-0.redis:6379,redis-1.redis:6379" {
+		t.Errorf("redis deployment env = %v, want the redis backend and both addresses", redisEnv)
+	}
+	if _, ok := redisEnv["RATELIMITER_REDIS_PASSWORD"]; ok || redisEnv["RATELIMITER_REDIS_PASSWORD_FILE"] == "" {
+		t.Errorf("redis deployment env = %v, want the password as a file only", redisEnv)
+	}
+	secret, err = kube.CoreV1().Secrets(installNamespace).Get(ctx, redisRelease+"-ratelimiter-redis", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get redis password secret: %v", err)
+	}
+	if got := string(secret.Data["redis-password"]); got != redisPassword {
+		t.Errorf("redis password secret holds %q, want %q", got, redisPassword)
+	}
+	pdb, err := kube.PolicyV1().PodDisruptionBudgets(installNamespace).Get(ctx, redisRelease+"-ratelimiter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get redis disruption budget: %v", err)
+	}
+	if p := pdb.Spec.UnhealthyPodEvictionPolicy; p == nil || *p != "AlwaysAllow" {
+		t.Errorf("redis disruption budget unhealthyPodEvictionPolicy = %v, want AlwaysAllow", p)
+	}
+	helmRun("uninstall", redisRelease, "--namespace", installNamespace, "--wait", "--timeout", "60s")
+	checkGone(t, c, redisObjects)
 }
 
 // binary returns the path an environment variable names, failing the test

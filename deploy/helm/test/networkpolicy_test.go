@@ -12,7 +12,8 @@ import (
 
 // TestNetworkPolicy checks what the NetworkPolicy lets in and out: the http
 // port only, from the peers set (and the test pod), and, when egress is
-// restricted, DNS and the OTLP collector's port.
+// restricted, DNS, the ports of the Redis addresses with the redis backend,
+// and the OTLP collector's port.
 func TestNetworkPolicy(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -22,6 +23,9 @@ func TestNetworkPolicy(t *testing.T) {
 		// ports of each egress rule, in order, as "port/protocol".
 		wantEgress [][]string
 		wantFrom   int // peers in the ingress rule, the test pod's included; 0 means any source
+		// wantTo is the number of peers of each egress rule, 0 meaning
+		// any destination; nil skips the check.
+		wantTo []int
 	}{
 		{name: "ingress only", values: "networkPolicy: {enabled: true}\n"},
 		{
@@ -53,6 +57,38 @@ func TestNetworkPolicy(t *testing.T) {
 			name:       "console tracing needs no egress",
 			values:     "networkPolicy: {enabled: true, egress: {enabled: true}}\notel: {tracesExporter: console, endpoint: 'http://collector:4318'}\n",
 			wantEgress: [][]string{{"53/UDP", "53/TCP"}},
+		},
+		{
+			name:       "egress to Redis on the port of its address",
+			values:     "networkPolicy: {enabled: true, egress: {enabled: true}}\nbackend: {type: redis, redis: {addrs: ['redis.cache:6379']}}\n",
+			wantEgress: [][]string{{"53/UDP", "53/TCP"}, {"6379/TCP"}},
+			wantTo:     []int{0, 0},
+		},
+		{
+			name: "egress to Redis Cluster seeds on each of their ports, once",
+			values: `networkPolicy: {enabled: true, egress: {enabled: true, redis: {to: [{ipBlock: {cidr: 10.20.0.0/16}}]}}}
+backend: {type: redis, redis: {addrs: ['10.20.0.1:7000', '10.20.0.2:7001', '10.20.0.3:7000', '[fd00::4]:7002']}}
+`,
+			wantEgress: [][]string{{"53/UDP", "53/TCP"}, {"7000/TCP", "7001/TCP", "7002/TCP"}},
+			wantTo:     []int{0, 1},
+		},
+		{
+			name: "egress to Redis and an OTLP collector",
+			values: `networkPolicy: {enabled: true, egress: {enabled: true, dns: {to: [{namespaceSelector: {}}]}}}
+backend: {type: redis, redis: {addrs: ['redis:6380']}}
+otel: {tracesExporter: otlp, endpoint: 'http://collector.obs:4318'}
+`,
+			wantEgress: [][]string{{"53/UDP", "53/TCP"}, {"6380/TCP"}, {"4318/TCP"}},
+			wantTo:     []int{1, 0, 0},
+		},
+		{
+			name:       "Redis settings ignored on the memory backend",
+			values:     "networkPolicy: {enabled: true, egress: {enabled: true}}\nbackend: {redis: {addrs: ['redis:6379']}}\n",
+			wantEgress: [][]string{{"53/UDP", "53/TCP"}},
+		},
+		{
+			name:   "Redis needs no rule while egress is open",
+			values: "networkPolicy: {enabled: true}\nbackend: {type: redis, redis: {addrs: ['redis:6379']}}\n",
 		},
 		{
 			name:       "extra egress rules",
@@ -104,6 +140,15 @@ func TestNetworkPolicy(t *testing.T) {
 			}
 			if fmt.Sprint(gotEgress) != fmt.Sprint(tt.wantEgress) {
 				t.Errorf("egress rule ports: got %v, want %v", gotEgress, tt.wantEgress)
+			}
+			if tt.wantTo != nil {
+				var gotTo []int
+				for _, r := range np.Spec.Egress {
+					gotTo = append(gotTo, len(r.To))
+				}
+				if !slices.Equal(gotTo, tt.wantTo) {
+					t.Errorf("egress rule peers: got %v, want %v", gotTo, tt.wantTo)
+				}
 			}
 		})
 	}

@@ -40,8 +40,9 @@ func renderNotes(t *testing.T, vs valueSet) string {
 }
 
 // TestNotes checks that the notes printed after an install tell how to
-// reach the API and its documentation, and warn when limiter mutations are
-// open to every caller.
+// reach the API and its documentation, where limiter state lives and what
+// happens when Redis is unreachable, and warn when limiter mutations are
+// open to every caller or the disruption budget blocks node drains.
 func TestNotes(t *testing.T) {
 	t.Parallel()
 	const openWarning = "WARNING: no admin token is configured"
@@ -61,9 +62,37 @@ func TestNotes(t *testing.T) {
 				"curl $BASE/readyz",
 				"curl -X POST $BASE/v1/tenants/203.0.113.7/acquire",
 				openWarning,
+				"Backend memory: limiter state lives in the pod's memory",
+				"set backend.type=redis",
 				"helm test rel --namespace limits",
 			},
-			notWant: []string{"Authorization: Bearer"},
+			notWant: []string{"Authorization: Bearer", "Backend redis", "WARNING: podDisruptionBudget"},
+		},
+		{
+			name:   "redis, fail-closed",
+			values: "replicaCount: 2\nbackend: {type: redis, redis: {addrs: ['redis-0:6379', 'redis-1:6379'], password: n0tes-pw}}\n",
+			want: []string{
+				"Backend redis: limiter state lives in Redis and is shared by every replica\n(2 replicas)",
+				"Redis:\n  redis-0:6379\n  redis-1:6379\n",
+				`Keys start with "ratelimiter:".`,
+				"Failure mode fail-closed: when Redis cannot answer within 50ms, requests\nare denied",
+				"the pods report not ready",
+			},
+			notWant: []string{"n0tes-pw", "Backend memory", "fail-open", "over TLS"},
+		},
+		{
+			name: "redis, autoscaled, fail-open over TLS",
+			values: `autoscaling: {enabled: true, minReplicas: 3, maxReplicas: 9}
+backend: {type: redis, redis: {addrs: ['redis:6380'], tls: {enabled: true}, keyPrefix: 'edge:', timeout: 20ms, failureMode: fail-open}}
+`,
+			want: []string{
+				"(3 to 9 replicas, autoscaled)",
+				"Redis, over TLS:\n  redis:6380\n",
+				`Keys start with "edge:".`,
+				"Failure mode fail-open: when Redis cannot answer within 20ms, requests\nare allowed",
+				"the pods stay ready",
+			},
+			notWant: []string{"fail-closed", "report not ready"},
 		},
 		{
 			name:    "token from the chart",
@@ -97,7 +126,22 @@ func TestNotes(t *testing.T) {
 		{
 			name:   "disruption budget that blocks drains",
 			values: "podDisruptionBudget: {minAvailable: 1, maxUnavailable: ''}\n",
-			want:   []string{"node\ndrains will wait forever"},
+			want:   []string{"WARNING: podDisruptionBudget.minAvailable is 1 and the release may run\nas few as 1 replica: node drains will wait forever"},
+		},
+		{
+			name:   "disruption budget that blocks drains of every replica",
+			values: "replicaCount: 3\npodDisruptionBudget: {minAvailable: 3, maxUnavailable: ''}\nbackend: {type: redis, redis: {addrs: ['redis:6379']}}\n",
+			want:   []string{"minAvailable is 3 and the release may run\nas few as 3 replicas"},
+		},
+		{
+			name:    "disruption budget below the replicas",
+			values:  "replicaCount: 3\npodDisruptionBudget: {minAvailable: 2, maxUnavailable: ''}\nbackend: {type: redis, redis: {addrs: ['redis:6379']}}\n",
+			notWant: []string{"WARNING: podDisruptionBudget"},
+		},
+		{
+			name:    "disruption budget below the autoscaler's fewest replicas",
+			values:  "autoscaling: {enabled: true, minReplicas: 2, maxReplicas: 4}\npodDisruptionBudget: {minAvailable: 1, maxUnavailable: ''}\nbackend: {type: redis, redis: {addrs: ['redis:6379']}}\n",
+			notWant: []string{"WARNING: podDisruptionBudget"},
 		},
 	}
 	for _, tt := range tests {

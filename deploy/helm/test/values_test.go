@@ -24,7 +24,30 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"wrong type", "replicaCount: one\n", []string{"at '/replicaCount'", "got string, want integer"}},
 		{"wrong type nested", "service:\n  port: \"8080\"\n", []string{"at '/service/port'", "got string, want integer"}},
 		{"negative replicas", "replicaCount: -1\n", []string{"at '/replicaCount'", "minimum: got -1, want 0"}},
-		{"bad backend", "backend:\n  type: redis\n", []string{"at '/backend/type'", "value must be 'memory'"}},
+		{"unknown backend", "backend:\n  type: etcd\n", []string{"at '/backend/type'", "value must be one of 'memory', 'redis'"}},
+		{"redis without an address", "backend:\n  type: redis\n", []string{"at '/backend/redis/addrs'", "minItems: got 0, want 1"}},
+		{"redis address without a port", "backend: {type: redis, redis: {addrs: [redis]}}\n", []string{"at '/backend/redis/addrs/0'", "does not match pattern"}},
+		{"redis address with a URL", "backend: {type: redis, redis: {addrs: ['redis://redis:6379']}}\n", []string{"at '/backend/redis/addrs/0'", "does not match pattern"}},
+		{"redis port out of range", "backend: {type: redis, redis: {addrs: ['redis:65536']}}\n", []string{"at '/backend/redis/addrs/0'", "does not match pattern"}},
+		{"redis IPv6 address without brackets", "backend: {type: redis, redis: {addrs: ['fd00::1:6379']}}\n", []string{"at '/backend/redis/addrs/0'", "does not match pattern"}},
+		{"redis address twice", "backend: {type: redis, redis: {addrs: ['a:6379', 'a:6379']}}\n", []string{"at '/backend/redis/addrs'", "items at 0 and 1 are equal"}},
+		{"redis address as a string", "backend: {type: redis, redis: {addrs: 'a:6379'}}\n", []string{"at '/backend/redis/addrs'", "got string, want array"}},
+		{"bad redis failure mode", "backend: {redis: {failureMode: open}}\n", []string{"at '/backend/redis/failureMode'", "value must be one of 'fail-closed', 'fail-open'"}},
+		{"unknown key under backend.redis", "backend: {redis: {db: 1}}\n", []string{"at '/backend/redis'", "additional properties 'db' not allowed"}},
+		{"unknown key under backend.redis.tls", "backend: {redis: {tls: {insecureSkipVerify: true}}}\n", []string{"at '/backend/redis/tls'", "additional properties 'insecureSkipVerify' not allowed"}},
+		{"redis TLS as a string", "backend: {redis: {tls: {enabled: 'yes'}}}\n", []string{"at '/backend/redis/tls/enabled'", "got string, want boolean"}},
+		{"redis key prefix with braces", "backend: {redis: {keyPrefix: 'a{b}:'}}\n", []string{"at '/backend/redis/keyPrefix'", "does not match pattern"}},
+		{"redis key prefix with a space", "backend: {redis: {keyPrefix: 'a b'}}\n", []string{"at '/backend/redis/keyPrefix'", "does not match pattern"}},
+		{"empty redis key prefix", "backend: {redis: {keyPrefix: ''}}\n", []string{"at '/backend/redis/keyPrefix'", "minLength: got 0, want 1"}},
+		{"redis key prefix too long", "backend: {redis: {keyPrefix: '" + strings.Repeat("k", 65) + "'}}\n", []string{"at '/backend/redis/keyPrefix'", "maxLength: got 65, want 64"}},
+		{"zero redis timeout", "backend: {redis: {timeout: 0s}}\n", []string{"at '/backend/redis/timeout'"}},
+		{"redis timeout without a unit", "backend: {redis: {timeout: 50}}\n", []string{"at '/backend/redis/timeout'", "got number, want string"}},
+		{"redis dial timeout not a duration", "backend: {redis: {dialTimeout: 1 second}}\n", []string{"at '/backend/redis/dialTimeout'", "does not match pattern"}},
+		{"redis password with surrounding spaces", "backend: {redis: {password: ' pw '}}\n", []string{"at '/backend/redis/password'", "does not match pattern"}},
+		{"redis user with a space", "backend: {redis: {username: 'a b'}}\n", []string{"at '/backend/redis/username'", "does not match pattern"}},
+		{"bad redis password Secret name", "backend: {redis: {existingSecret: Redis_Auth}}\n", []string{"at '/backend/redis/existingSecret'"}},
+		{"bad eviction policy", "podDisruptionBudget: {unhealthyPodEvictionPolicy: Never}\n", []string{"at '/podDisruptionBudget/unhealthyPodEvictionPolicy'", "value must be one of"}},
+		{"unknown key under egress.redis", "networkPolicy: {egress: {redis: {ports: [6379]}}}\n", []string{"at '/networkPolicy/egress/redis'", "additional properties 'ports' not allowed"}},
 		{"bad service type", "service:\n  type: ExternalName\n", []string{"at '/service/type'", "value must be one of"}},
 		{"bad traces exporter", "otel:\n  tracesExporter: jaeger\n", []string{"at '/otel/tracesExporter'", "value must be one of"}},
 		{"bad log level", "log:\n  level: verbose\n", []string{"at '/log/level'", "value must be one of"}},
@@ -61,6 +84,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 // values, which the templates enforce with an explanatory message.
 func TestRenderRejectsInconsistentValues(t *testing.T) {
 	t.Parallel()
+	const redis = "backend: {type: redis, redis: {addrs: ['redis:6379']}}\n"
 	tests := []struct {
 		name   string
 		values string
@@ -72,14 +96,32 @@ func TestRenderRejectsInconsistentValues(t *testing.T) {
 			"replicaCount=2 with backend.type=memory",
 			"every replica would enforce its own limits",
 			"up to 2 times each limit",
-			"Redis",
+			"Set replicaCount to 1, or set backend.type=redis",
 		}},
-		{"five replicas on memory", "replicaCount: 5\n", []string{"replicaCount=5", "up to 5 times each limit", "Redis"}},
+		{"five replicas on memory", "replicaCount: 5\n", []string{"replicaCount=5", "up to 5 times each limit", "set backend.type=redis"}},
+		{"five replicas on redis", "replicaCount: 5\n" + redis, nil},
 		{"autoscaler held at one replica", "autoscaling: {enabled: true, minReplicas: 1, maxReplicas: 1}\n", nil},
 		{"autoscaler up to three replicas on memory", "autoscaling: {enabled: true, maxReplicas: 3}\n", []string{
 			"autoscaling.maxReplicas=3 with backend.type=memory",
 			"up to 3 times each limit",
-			"Redis",
+			"Set autoscaling.maxReplicas to 1, or set backend.type=redis",
+		}},
+		{"autoscaler up to twenty replicas on redis", "autoscaling: {enabled: true, minReplicas: 2, maxReplicas: 20}\n" + redis, nil},
+		{"redis password twice", "backend: {type: redis, redis: {addrs: ['redis:6379'], password: a, existingSecret: b}}\n", []string{
+			"backend.redis.password and backend.redis.existingSecret are both set: set one",
+		}},
+		{"redis CA without TLS", "backend: {type: redis, redis: {addrs: ['redis:6379'], tls: {caSecret: redis-ca}}}\n", []string{
+			"backend.redis.tls.caSecret is set but backend.redis.tls.enabled is false",
+		}},
+		{"redis CA with TLS", "backend: {type: redis, redis: {addrs: ['redis:6379'], tls: {enabled: true, caSecret: redis-ca}}}\n", nil},
+		{"extra env overrides a Redis setting", "extraEnv:\n  - {name: RATELIMITER_REDIS_ADDRS, value: 'a:1'}\n" + redis, []string{
+			"extraEnv sets RATELIMITER_REDIS_ADDRS, which the chart sets",
+		}},
+		{"extra env sets the Redis password", "extraEnv:\n  - {name: RATELIMITER_REDIS_PASSWORD, valueFrom: {secretKeyRef: {name: r, key: p}}}\n" + redis, []string{
+			"extraEnv sets RATELIMITER_REDIS_PASSWORD", "backend.redis.existingSecret",
+		}},
+		{"extra env sets a Redis setting on memory", "extraEnv:\n  - {name: RATELIMITER_REDIS_TLS, value: 'true'}\n", []string{
+			"extraEnv sets RATELIMITER_REDIS_TLS", "backend.redis",
 		}},
 		{"autoscaler ignores replicaCount", "replicaCount: 2\nautoscaling: {enabled: true, maxReplicas: 1}\n", nil},
 		{"autoscaler min above max", "autoscaling: {enabled: true, minReplicas: 2, maxReplicas: 1}\n", []string{"autoscaling.minReplicas=2 is above autoscaling.maxReplicas=1"}},
@@ -154,7 +196,7 @@ func TestTerminationGracePeriod(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("terminationGracePeriodSeconds: got %v, want %d", got, tt.want)
 			}
-			cfg, _ := serviceConfig(t, m, "")
+			cfg, _ := serviceConfig(t, m)
 			if grace := float64(tt.want); grace < (cfg.ShutdownDelay + cfg.ShutdownTimeout).Seconds() {
 				t.Errorf("terminationGracePeriodSeconds %v is less than the service's shutdown delay %s + timeout %s",
 					got, cfg.ShutdownDelay, cfg.ShutdownTimeout)

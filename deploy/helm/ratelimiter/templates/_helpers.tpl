@@ -113,10 +113,61 @@ The key of the admin token in its Secret.
 {{- end }}
 
 {{/*
+The name of the Secret holding the Redis password, empty when the redis
+backend is off or has no password.
+*/}}
+{{- define "ratelimiter.redisPasswordSecret" -}}
+{{- $r := .Values.backend.redis }}
+{{- if eq .Values.backend.type "redis" }}
+{{- if $r.existingSecret }}
+{{- $r.existingSecret }}
+{{- else if $r.password }}
+{{- printf "%s-redis" (include "ratelimiter.fullname" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The key of the Redis password in its Secret.
+*/}}
+{{- define "ratelimiter.redisPasswordKey" -}}
+{{- if .Values.backend.redis.existingSecret }}
+{{- .Values.backend.redis.existingSecretKey }}
+{{- else }}
+{{- "redis-password" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of the Secret holding the Redis CA certificates, empty when none
+is mounted.
+*/}}
+{{- define "ratelimiter.redisCASecret" -}}
+{{- $r := .Values.backend.redis }}
+{{- if and (eq .Values.backend.type "redis") $r.tls.enabled }}
+{{- $r.tls.caSecret }}
+{{- end }}
+{{- end }}
+
+{{/*
+The ports of backend.redis.addrs, without repeats and in order, as a JSON
+list of numbers.
+*/}}
+{{- define "ratelimiter.redisPorts" -}}
+{{- $ports := list }}
+{{- range .Values.backend.redis.addrs }}
+{{- $ports = append $ports (int (regexFind "[0-9]+$" .)) }}
+{{- end }}
+{{- $ports | uniq | toJson }}
+{{- end }}
+
+{{/*
 Where the pods find their files.
 */}}
 {{- define "ratelimiter.configDir" -}}/etc/ratelimiter/config{{- end }}
 {{- define "ratelimiter.adminTokenDir" -}}/etc/ratelimiter/admin-token{{- end }}
+{{- define "ratelimiter.redisPasswordDir" -}}/etc/ratelimiter/redis-password{{- end }}
+{{- define "ratelimiter.redisCADir" -}}/etc/ratelimiter/redis-ca{{- end }}
 
 {{/*
 terminationGracePeriodSeconds: the value set, or the shutdown delay and
@@ -165,6 +216,34 @@ are listed in ratelimiter.envNames, which extraEnv may not reuse.
 {{- if include "ratelimiter.adminTokenSecret" . }}
 - name: RATELIMITER_ADMIN_TOKEN_FILE
   value: {{ printf "%s/token" (include "ratelimiter.adminTokenDir" .) | quote }}
+{{- end }}
+{{- if eq .Values.backend.type "redis" }}
+{{- $r := .Values.backend.redis }}
+- name: RATELIMITER_REDIS_ADDRS
+  value: {{ join "," $r.addrs | quote }}
+{{- with $r.username }}
+- name: RATELIMITER_REDIS_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- /* The password only ever reaches the pod as a mounted file. */}}
+{{- if include "ratelimiter.redisPasswordSecret" . }}
+- name: RATELIMITER_REDIS_PASSWORD_FILE
+  value: {{ printf "%s/password" (include "ratelimiter.redisPasswordDir" .) | quote }}
+{{- end }}
+- name: RATELIMITER_REDIS_TLS
+  value: {{ ternary "true" "false" $r.tls.enabled | quote }}
+{{- if include "ratelimiter.redisCASecret" . }}
+- name: RATELIMITER_REDIS_TLS_CA_FILE
+  value: {{ printf "%s/ca.crt" (include "ratelimiter.redisCADir" .) | quote }}
+{{- end }}
+- name: RATELIMITER_REDIS_KEY_PREFIX
+  value: {{ $r.keyPrefix | quote }}
+- name: RATELIMITER_REDIS_TIMEOUT
+  value: {{ $r.timeout | quote }}
+- name: RATELIMITER_REDIS_DIAL_TIMEOUT
+  value: {{ $r.dialTimeout | quote }}
+- name: RATELIMITER_REDIS_FAILURE_MODE
+  value: {{ $r.failureMode | quote }}
 {{- end }}
 - name: RATELIMITER_MAX_BODY_BYTES
   value: {{ int64 .Values.server.maxBodyBytes | quote }}
@@ -231,11 +310,18 @@ express. Included by the Deployment, so every render runs it.
 {{- $v := .Values }}
 {{- if eq $v.backend.type "memory" }}
 {{- if and (not $v.autoscaling.enabled) (gt (int $v.replicaCount) 1) }}
-{{- fail (printf "replicaCount=%d with backend.type=memory: the memory backend keeps limiter state inside each pod, so every replica would enforce its own limits and callers could get up to %d times each limit. Set replicaCount to 1; to run more replicas use a shared backend (Redis, planned), which keeps one state for all of them." (int $v.replicaCount) (int $v.replicaCount)) }}
+{{- fail (printf "replicaCount=%d with backend.type=memory: the memory backend keeps limiter state inside each pod, so every replica would enforce its own limits and callers could get up to %d times each limit. Set replicaCount to 1, or set backend.type=redis (and backend.redis.addrs) so that every replica shares one state in Redis." (int $v.replicaCount) (int $v.replicaCount)) }}
 {{- end }}
 {{- if and $v.autoscaling.enabled (gt (int $v.autoscaling.maxReplicas) 1) }}
-{{- fail (printf "autoscaling.maxReplicas=%d with backend.type=memory: the memory backend keeps limiter state inside each pod, so every replica would enforce its own limits and callers could get up to %d times each limit. Set autoscaling.maxReplicas to 1; to scale out use a shared backend (Redis, planned), which keeps one state for all replicas." (int $v.autoscaling.maxReplicas) (int $v.autoscaling.maxReplicas)) }}
+{{- fail (printf "autoscaling.maxReplicas=%d with backend.type=memory: the memory backend keeps limiter state inside each pod, so every replica would enforce its own limits and callers could get up to %d times each limit. Set autoscaling.maxReplicas to 1, or set backend.type=redis (and backend.redis.addrs) so that every replica shares one state in Redis." (int $v.autoscaling.maxReplicas) (int $v.autoscaling.maxReplicas)) }}
 {{- end }}
+{{- end }}
+{{- $r := $v.backend.redis }}
+{{- if and $r.password $r.existingSecret }}
+{{- fail "backend.redis.password and backend.redis.existingSecret are both set: set one" }}
+{{- end }}
+{{- if and $r.tls.caSecret (not $r.tls.enabled) }}
+{{- fail "backend.redis.tls.caSecret is set but backend.redis.tls.enabled is false: enable TLS, or unset caSecret" }}
 {{- end }}
 {{- if $v.autoscaling.enabled }}
 {{- if gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas) }}
@@ -269,6 +355,9 @@ express. Included by the Deployment, so every render runs it.
 {{- range $v.extraEnv }}
 {{- if has .name $names }}
 {{- fail (printf "extraEnv sets %s, which the chart sets from its values: set the matching value instead" .name) }}
+{{- end }}
+{{- if hasPrefix "RATELIMITER_REDIS_" .name }}
+{{- fail (printf "extraEnv sets %s: the Redis settings come from backend.redis (the password from a mounted Secret, backend.redis.existingSecret): set them there" .name) }}
 {{- end }}
 {{- end }}
 {{- $seen := dict }}
