@@ -2,8 +2,8 @@ package httpapi
 
 import (
 	"bytes"
-	_ "embed"
 	"context"
+	_ "embed"
 	"net/http"
 
 	"github.com/swaggest/swgui/v5/static"
