@@ -13,8 +13,10 @@
 //
 // # Keys
 //
-// Under a caller's prefix, for a policy whose ID is <pid> (see policyID: a
-// changed policy starts afresh) and a shard tag <tag> (16 shards):
+// Under a caller's prefix, for a policy whose ID is <pid> (12 hex digits of
+// a hash of its algorithm, limit, period and burst, so that a changed
+// policy starts afresh rather than misreading states) and a shard tag <tag>
+// (16 shards, chosen by a fixed hash of the tenant):
 //
 //	<prefix>t:<pid>{<tag>}:<hex>  one tenant's state, <hex> its key in 16 hex
 //	                              digits: GCRA's TAT as "µs units", or a
@@ -41,8 +43,9 @@
 // shards' slots spread evenly over the slot range, hence over the masters.
 // Lowest runs one script per shard, pipelined to every node at once, and
 // merges the shards' answers in the service. Each shard answers at its own
-// server's time, as every decision does; the merged answer is not one
-// snapshot.
+// server's time, as every decision does, and the merged answer is given as
+// seen at the latest of those instants (see Tenants.Lowest); it is not one
+// atomic snapshot.
 //
 // # Lowest
 //
@@ -57,7 +60,9 @@
 // for S shards and n tenants in a shard; under the sliding log add one log
 // read per tenant whose count has fallen since its bound was set and whose
 // bound still ranks among the k lowest: at worst, on the first query after
-// many tenants' grants began leaving the window, every tenant.
+// many tenants' grants began leaving the window, every tenant. Such a walk
+// runs as several scripts of at most 2k + 1000 members each, so that no
+// script holds the server for long; each saves what it learned.
 package redis
 
 import (
@@ -176,7 +181,15 @@ func (ts *Tenants) Available(ctx context.Context, ip string) (tenant.Availabilit
 // ascending; ties under GCRA by TAT descending, under the sliding log by
 // ResetAfter descending; then by tenant key ascending (see tenant.Key).
 // Tenants with a full bucket are not listed, so fewer than k may come back.
-// See the package doc for its cost and its behaviour in a Redis Cluster.
+//
+// Each shard answers at its server's time, and the entries are given as
+// seen at the latest of those instants, so that one answer never mixes
+// instants. Under GCRA that is exact. Under the sliding log Remaining is
+// counted at the shard's own instant, earlier by at most the duration of
+// the call (and in a Cluster the skew between nodes' clocks): a grant that
+// left the window in between is still counted. See the package doc for
+// the cost. It gives up with an error wrapping limiter.ErrUnavailable when
+// ctx is done.
 func (ts *Tenants) Lowest(ctx context.Context, k int) ([]tenant.Entry, error) {
 	return ts.lowest(ctx, k, "")
 }
