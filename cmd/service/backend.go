@@ -143,8 +143,9 @@ func redisOptions(c config.Redis) (rueidis.ClientOption, error) {
 		DisableCache: true,
 	}
 	if c.TLS {
-		host, _, _ := net.SplitHostPort(c.Addrs[0])
-		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+		// No ServerName: each connection checks the certificate against the
+		// host it dials, which differs between the nodes of a Cluster.
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.TLSCAFile != "" {
 			pem, err := os.ReadFile(c.TLSCAFile)
 			if err != nil {
