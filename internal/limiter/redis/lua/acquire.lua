@@ -62,31 +62,8 @@ local function log_acquire(w, key, now, n)
     wa, wn = log_until(w, tonumber(e[1]), now)
   else
     allowed = 1
-    if not member then
-      redis.call('ZADD', key, 0, BASE, fmt(n), fmt(now))
-      base, member, last_at = 0, fmt(now), now
-    elseif now <= last_at then
-      -- Time never runs backwards inside a log: a grant stamped at or
-      -- before the newest entry joins it.
-      redis.call('ZINCRBY', key, fmt(n), member)
-    else
-      if not size then
-        size = redis.call('ZCARD', key) - 1
-      end
-      if size >= w.maxe then
-        -- Full: merge the two oldest entries into the later one.
-        redis.call('ZREMRANGEBYRANK', key, 1, 1)
-      end
-      redis.call('ZADD', key, fmt(last_total + n), fmt(now))
-      member, last_at = fmt(now), now
-    end
+    base, member, last_at = log_take(key, w, n, now, base, member, last_at, last_total, size)
     used = used + n
-    if base >= REBASE then
-      local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-      for i = 1, #all, 2 do
-        redis.call('ZADD', key, fmt(tonumber(all[i + 1]) - base), all[i])
-      end
-    end
     -- The log is empty again when its newest grant leaves the window.
     redis.call('PEXPIREAT', key, fmt(expiry_ms(last_at + w.pw, w.pr)))
   end

@@ -202,6 +202,40 @@ local function log_until(w, at, now)
   return at - now + w.pw, w.pr
 end
 
+-- log_take records a grant of n permits at now (µs) in the sliding log at
+-- key, whose caller checked that they fit. base, member, last_at,
+-- last_total and size describe the log as read (member nil when it is
+-- empty; size nil when not counted yet); the new base, member and last_at
+-- are returned.
+local function log_take(key, w, n, now, base, member, last_at, last_total, size)
+  if not member then
+    redis.call('ZADD', key, 0, BASE, fmt(n), fmt(now))
+    return 0, fmt(now), now
+  end
+  if now <= last_at then
+    -- Time never runs backwards inside a log: a grant stamped at or
+    -- before the newest entry joins it.
+    redis.call('ZINCRBY', key, fmt(n), member)
+  else
+    if not size then
+      size = redis.call('ZCARD', key) - 1
+    end
+    if size >= w.maxe then
+      -- Full: merge the two oldest entries into the later one.
+      redis.call('ZREMRANGEBYRANK', key, 1, 1)
+    end
+    redis.call('ZADD', key, fmt(last_total + n), fmt(now))
+    member, last_at = fmt(now), now
+  end
+  if base >= REBASE then
+    local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    for i = 1, #all, 2 do
+      redis.call('ZADD', key, fmt(tonumber(all[i + 1]) - base), all[i])
+    end
+  end
+  return base, member, last_at
+end
+
 -- log_read reads a log as of now: its base, its newest entry, and how many
 -- of its oldest entries have left the window. One ZRANGE reads the base and
 -- the first BATCH entries, which for most logs is all of them; longer logs
