@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/ratelimiter/ratelimiter/client"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
@@ -40,7 +43,9 @@ func (downTenants) Acquire(context.Context, string, int64) (tenant.Decision, err
 func TestDegradedDecisions(t *testing.T) {
 	for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
 		t.Run(mode.String(), func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
 			e := newEnv(t, func(o *Options) {
+				o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 				reg, err := tenant.New(tenant.Config{Policy: tenantPolicy}, time.Now)
 				if err != nil {
 					t.Fatal(err)
@@ -75,6 +80,28 @@ func TestDegradedDecisions(t *testing.T) {
 			}
 			if tres.JSON200 == nil || tres.JSON200.Allowed != wantAllowed || tres.JSON200.Degraded == nil || tres.JSON200.Tenant != "192.0.2.9" {
 				t.Errorf("acquireTenant: got %s %s, want a degraded decision for 192.0.2.9", tres.Status(), tres.Body)
+			}
+
+			result, permits := "denied", "denied"
+			if wantAllowed {
+				result, permits = "allowed", "granted"
+			}
+			m := collect(t, reader)
+			for _, tc := range []struct {
+				metric, limiter, result string
+			}{
+				{"ratelimiter.decisions", "api", result},
+				{"ratelimiter.permits", "api", permits},
+				{"ratelimiter.decisions", "tenant", result},
+				{"ratelimiter.permits", "tenant", permits},
+			} {
+				lim := attribute.String("limiter", tc.limiter)
+				if got := sum(t, m[tc.metric], lim, attribute.String("result", tc.result), attribute.Bool("degraded", true)); got != 1 {
+					t.Errorf("%s{limiter=%s,result=%s,degraded=true}: got %d, want 1", tc.metric, tc.limiter, tc.result, got)
+				}
+				if got := sum(t, m[tc.metric], lim, attribute.String("result", tc.result)); got != 0 {
+					t.Errorf("%s{limiter=%s,result=%s} without degraded: got %d, want 0", tc.metric, tc.limiter, tc.result, got)
+				}
 			}
 
 			for range 5 {

@@ -33,6 +33,7 @@ const (
 	keyOperation = attribute.Key("ratelimiter.operation")
 	keyLimiter   = attribute.Key("limiter")
 	keyResult    = attribute.Key("result")
+	keyDegraded  = attribute.Key("degraded")
 )
 
 // tenantLimiter is the limiter label of per-IP decisions.
@@ -66,6 +67,9 @@ type telemetry struct {
 type decisionOpts struct {
 	allowed, denied        []metric.AddOption // ratelimiter.decisions
 	granted, deniedPermits []metric.AddOption // ratelimiter.permits
+	// The same, for decisions made without the shared backend, by its
+	// failure mode: they carry degraded="true".
+	degraded *decisionOpts
 }
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
@@ -118,6 +122,9 @@ func (op *operation) durationOpts(status int) []metric.RecordOption {
 // decided counts one decision of the limiter labelled name.
 func (t *telemetry) decided(ctx context.Context, name string, d limiter.Decision) {
 	opts := t.decisionOpts(name)
+	if d.Degraded {
+		opts = opts.degraded
+	}
 	if d.Allowed {
 		t.decisions.Add(ctx, 1, opts.allowed...)
 		t.permits.Add(ctx, d.Permits, opts.granted...)
@@ -131,10 +138,19 @@ func (t *telemetry) decisionOpts(name string) *decisionOpts {
 	if v, ok := t.labels.Load(name); ok {
 		return v.(*decisionOpts)
 	}
-	set := func(result string) []metric.AddOption {
-		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(keyLimiter.String(name), keyResult.String(result)))}
+	opts := &decisionOpts{degraded: &decisionOpts{}}
+	for _, o := range []struct {
+		opts  *decisionOpts
+		attrs []attribute.KeyValue
+	}{
+		{opts, []attribute.KeyValue{keyLimiter.String(name)}},
+		{opts.degraded, []attribute.KeyValue{keyLimiter.String(name), keyDegraded.Bool(true)}},
+	} {
+		set := func(result string) []metric.AddOption {
+			return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(o.attrs, keyResult.String(result))...))}
+		}
+		*o.opts = decisionOpts{allowed: set("allowed"), denied: set("denied"), granted: set("granted"), deniedPermits: set("denied"), degraded: o.opts.degraded}
 	}
-	opts := &decisionOpts{allowed: set("allowed"), denied: set("denied"), granted: set("granted"), deniedPermits: set("denied")}
 	if t.labelCount.Load() < maxLimiterLabels {
 		if v, loaded := t.labels.LoadOrStore(name, opts); loaded {
 			return v.(*decisionOpts)

@@ -1,6 +1,10 @@
 package redis
 
-import "github.com/ratelimiter/ratelimiter/internal/limiter"
+import (
+	"strconv"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
 
 // Library returns the Lua library the limiter scripts share (lua/lib.lua):
 // the exact GCRA and sliding-log arithmetic, within 2^53, on states kept as
@@ -40,4 +44,14 @@ func DefinitionValues(p limiter.Policy) []string {
 		}
 	}
 	return vals
+}
+
+// AcquireCall returns what Store.Acquire sends to take permits from the
+// limiter name under key prefix: the script's source (run by its SHA-1, as
+// EVALSHA), its keys and its arguments. It lets a benchmark replay the very
+// call the service makes, e.g. with redis-benchmark, to measure what Redis
+// itself can decide per second.
+func AcquireCall(prefix, name string, permits int64) (script string, keys, args []string) {
+	s := &Store{prefix: prefix}
+	return acquireSource, s.keys(name), []string{strconv.FormatInt(permits, 10), ""}
 }

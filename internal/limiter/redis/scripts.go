@@ -23,7 +23,8 @@ var (
 
 	// A script cannot load another, so both decisions carry the shared
 	// arithmetic in front of their own code.
-	acquireScript = rueidis.NewLuaScript(libLua + "\n" + acquireLua)
+	acquireSource = libLua + "\n" + acquireLua
+	acquireScript = rueidis.NewLuaScript(acquireSource)
 	// availableScript writes nothing, so it runs as EVALSHA_RO / EVAL_RO.
 	availableScript = rueidis.NewLuaScriptReadOnly(libLua + "\n" + availableLua)
 	putScript       = rueidis.NewLuaScript(putLua)

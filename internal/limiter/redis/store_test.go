@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -31,6 +33,42 @@ func TestStandalone(t *testing.T) {
 	t.Run("NoScriptFallback", func(t *testing.T) { testNoScript(t, c) })
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, c) })
 	t.Run("ListSkipsStaleNames", func(t *testing.T) { testListSkipsStaleNames(t, c) })
+	t.Run("AcquireCall", func(t *testing.T) { testAcquireCall(t, c) })
+}
+
+// AcquireCall replayed as a plain EVALSHA takes permits from the limiter
+// the Store sees, as Store.Acquire does.
+func testAcquireCall(t *testing.T, c rueidis.Client) {
+	ctx := context.Background()
+	s := newStore(t, c)
+	put(t, s, "replay", limiter.Policy{Limit: 10, Period: time.Hour})
+	script, keys, args := AcquireCall(s.prefix, "replay", 3)
+	// The Store's own call, on a server that held no script, leaves the
+	// very script AcquireCall returns.
+	if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v", err)
+	}
+	if d, err := s.Acquire(ctx, "replay", 1); err != nil || !d.Allowed {
+		t.Fatalf("Acquire(1): got %+v, %v, want allowed", d, err)
+	}
+	sum := sha1.Sum([]byte(script))
+	sha := hex.EncodeToString(sum[:])
+	if exists, err := c.Do(ctx, c.B().ScriptExists().Sha1(sha).Build()).AsIntSlice(); err != nil || len(exists) != 1 || exists[0] != 1 {
+		t.Fatalf("SCRIPT EXISTS for AcquireCall's script after Store.Acquire: got %v, %v, want [1]", exists, err)
+	}
+	for i := range 2 {
+		v, err := c.Do(ctx, c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).AsIntSlice()
+		if err != nil {
+			t.Fatalf("EVALSHA: %v", err)
+		}
+		if len(v) != 9 || v[1] != 1 || v[2] != int64(6-3*i) {
+			t.Errorf("EVALSHA reply %d: got %v, want allowed with %d remaining", i, v, 6-3*i)
+		}
+	}
+	a, err := s.Available(ctx, "replay")
+	if err != nil || a.Remaining != 3 {
+		t.Errorf("Available after acquiring 1 and replaying two acquisitions of 3: got %+v, %v, want 3 remaining", a, err)
+	}
 }
 
 func TestKeys(t *testing.T) {
