@@ -112,6 +112,10 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 		return rejected("path.ip", reason(err, tenant.ErrInvalidIP))
 	case errors.Is(err, tenant.ErrInvalidK):
 		return rejected("query.k", reason(err, tenant.ErrInvalidK))
+	case r.Context().Err() != nil:
+		// The caller went away: whatever failed, no one reads this answer,
+		// and the backend is not to blame.
+		return &problem{status: http.StatusServiceUnavailable, detail: "The request was cancelled or timed out."}
 	case errors.Is(err, limiter.ErrUnavailable):
 		// An outage makes every request fail alike: log one in a while, with
 		// how many failed since the last record.

@@ -104,3 +104,29 @@ func TestServiceNotFoundIsNotDegraded(t *testing.T) {
 		t.Errorf("got %v, want ErrNotFound", err)
 	}
 }
+
+// A caller that went away is not an outage: its acquisition fails with the
+// caller's error, undecided and unreported, whatever the failure mode.
+func TestServiceCallerGone(t *testing.T) {
+	for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
+		t.Run(mode.String(), func(t *testing.T) {
+			var reported atomic.Int64
+			svc := limiter.NewServiceWith(&downStore{hang: true}, limiter.ServiceOptions{
+				FailureMode: mode, Timeout: time.Minute,
+				OnUnavailable: func(error) { reported.Add(1) },
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			d, err := svc.Acquire(ctx, "api", 1)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Acquire after the caller cancelled: got %+v, %v; want an error wrapping context.Canceled", d, err)
+			}
+			if d.Degraded || d.Allowed {
+				t.Errorf("Acquire after the caller cancelled: got decision %+v, want none", d)
+			}
+			if got := reported.Load(); got != 0 {
+				t.Errorf("OnUnavailable called %d times, want 0", got)
+			}
+		})
+	}
+}

@@ -78,8 +78,10 @@ func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFun
 
 // unavailable reports whether err is the store's unavailability, telling
 // OnUnavailable when it is.
-func (s *Service) unavailable(err error) bool {
-	if !errors.Is(err, ErrUnavailable) {
+func (s *Service) unavailable(ctx context.Context, err error) bool {
+	// A caller that went away cut the call short, not the store: there is
+	// no one to answer and no outage to report.
+	if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 		return false
 	}
 	if s.opts.OnUnavailable != nil {
@@ -173,7 +175,7 @@ func (s *Service) Acquire(ctx context.Context, name string, permits int64) (d De
 	d, err = s.store.Acquire(sctx, name, permits)
 	cancel()
 	if err != nil {
-		if s.unavailable(err) {
+		if s.unavailable(ctx, err) {
 			span.SetStatus(codes.Error, err.Error())
 			span.SetAttributes(attribute.Bool("ratelimiter.degraded", true))
 			return Degraded(permits, s.opts.FailureMode), nil

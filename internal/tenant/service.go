@@ -50,7 +50,7 @@ func (s *Service) Acquire(ctx context.Context, ip string, permits int64) (Decisi
 	bctx, cancel := s.bound(ctx)
 	d, err := s.backend.Acquire(bctx, ip, permits)
 	cancel()
-	if err == nil || !s.unavailable(err) {
+	if err == nil || !s.unavailable(ctx, err) {
 		return d, err
 	}
 	tenant, terr := s.backend.Tenant(ip)
@@ -85,8 +85,10 @@ func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, s.opts.Timeout)
 }
 
-func (s *Service) unavailable(err error) bool {
-	if !errors.Is(err, limiter.ErrUnavailable) {
+func (s *Service) unavailable(ctx context.Context, err error) bool {
+	// A caller that went away cut the call short, not the backend: there
+	// is no one to answer and no outage to report.
+	if !errors.Is(err, limiter.ErrUnavailable) || ctx.Err() != nil {
 		return false
 	}
 	if s.opts.OnUnavailable != nil {

@@ -65,6 +65,28 @@ func TestServiceFailureModes(t *testing.T) {
 	}
 }
 
+// A caller that went away is not an outage: its acquisition fails with the
+// caller's error, undecided and unreported.
+func TestServiceCallerGone(t *testing.T) {
+	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reported := 0
+	svc := tenant.NewService(downBackend{reg}, limiter.ServiceOptions{
+		FailureMode: limiter.FailOpen, OnUnavailable: func(error) { reported++ },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d, err := svc.Acquire(ctx, "192.0.2.1", 1)
+	if err == nil || d.Degraded || d.Allowed {
+		t.Errorf("Acquire after the caller cancelled: got %+v, %v; want an error and no decision", d, err)
+	}
+	if reported != 0 {
+		t.Errorf("OnUnavailable called %d times, want 0", reported)
+	}
+}
+
 // Over a working backend the Service answers exactly what the backend does.
 func TestServicePassesThrough(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
