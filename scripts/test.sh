@@ -3,6 +3,8 @@
 #   - formatting, vet, tidy go.mod files, generated-code drift;
 #   - the service's tests under the race detector, and a short fuzzing pass
 #     of every fuzz target;
+#   - the benchmark harness (bench/), one short round of each comparison
+#     (needs wrk, redis-server and redis-benchmark);
 #   - the Helm chart: lint, render, strict schema validation, properties;
 #   - the end-to-end suite: the image built from ./Dockerfile, driven in
 #     containers through the generated client (needs Docker);
@@ -23,7 +25,7 @@ cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-50000x}
 # Every Go module in the repository; all but the first stay out of the
 # service's go.mod.
-modules=(. e2e deploy/helm/test tools/etcd tools/kube-apiserver)
+modules=(. e2e bench deploy/helm/test tools/etcd tools/kube-apiserver)
 skipped=()
 step() { printf '\n==> %s\n' "$*"; }
 fail() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
@@ -38,6 +40,7 @@ unformatted=$(gofmt -l $(git ls-files '*.go'))
 step "go vet (every module)"
 go vet ./...
 go -C e2e vet ./...
+go -C bench vet ./...
 go -C deploy/helm/test vet -tags apiserver ./...
 
 step "go.mod and go.sum are tidy"
@@ -60,6 +63,12 @@ for pkg in $(go list ./...); do
     go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"
   done
 done
+
+step "benchmark harness smoke run (bench/: one short round of each comparison)"
+for tool in wrk redis-server redis-benchmark; do
+  command -v "$tool" >/dev/null || fail "$tool is not on PATH: the benchmark harness needs it (Debian: apt-get install wrk redis-server redis-tools)"
+done
+go -C bench run . -smoke
 
 step "Helm chart: lint, render, schema validation, properties (deploy/helm/test)"
 go -C deploy/helm/test test -race -count=1 ./...

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is a server the harness started and measures.
+type proc struct {
+	name string
+	addr string // host:port it listens on
+	cmd  *exec.Cmd
+	log  bytes.Buffer
+}
+
+// start runs a server in the background and waits until addr accepts
+// connections. The server is killed by stop.
+func start(name, addr string, env []string, path string, args ...string) (*proc, error) {
+	p := &proc{name: name, addr: addr, cmd: exec.Command(path, args...)}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return p, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.stop()
+	return nil, fmt.Errorf("%s does not listen on %s after 15s:\n%s", name, addr, p.log.String())
+}
+
+func (p *proc) stop() {
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+}
+
+// cpu is the CPU time the server has used so far, user and system.
+func (p *proc) cpu() (time.Duration, error) { return cpuTime(p.cmd.Process.Pid) }
+
+// cpuTime is the user+system CPU time of a process, from /proc/PID/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the parenthesised command name; utime and stime are
+	// the 14th and 15th fields of the whole line.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
+}
+
+// selfCPU is the CPU time of this process, user and system.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// childCPU runs cmd to completion and returns its output and the CPU time
+// it used, user and system, as the kernel accounted it.
+func childCPU(ctx context.Context, name string, args ...string) ([]byte, time.Duration, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, 0, fmt.Errorf("%s: %w\n%s", name, err, out)
+	}
+	return out, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
+}
+
+// freeAddr returns a loopback address with a port nothing listens on.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// buildService builds the service's binary into dir as the Dockerfile does
+// (without the version stamp) and returns its path.
+func buildService(root, dir string) (string, error) {
+	bin := filepath.Join(dir, "ratelimiter")
+	cmd := exec.Command("go", "build", "-tags", "grpcnotrace", "-trimpath", "-o", bin, "./cmd/service")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the service: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// call sends one request to a service and fails unless it answers 2xx.
+func call(method, url, body string) ([]byte, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("%s %s: %s %s", method, url, resp.Status, b)
+	}
+	return b, nil
+}

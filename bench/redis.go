@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	limiterredis "github.com/ratelimiter/ratelimiter/internal/limiter/redis"
+)
+
+// benchLimiter is the limiter every HTTP run acquires from: a limit no run
+// can exhaust, so that every answer takes the full grant path and writes.
+const (
+	benchLimiter = "bench"
+	benchSpec    = `{"limit":1000000000,"period":"1s"}`
+	acquireBody  = `{"permits":1}`
+	keyPrefix    = "ratelimiter:" // the service's default
+)
+
+// redisRig is one Redis server and the service twice, on the Redis backend
+// and on the memory backend, all on loopback.
+type redisRig struct {
+	redis, svcRedis, svcMemory *proc
+	client                     rueidis.Client
+	// The EVALSHA the service sends for one acquisition from benchLimiter,
+	// as redis-benchmark's arguments.
+	evalsha []string
+}
+
+func startRedisRig(cfg config) (*redisRig, error) {
+	r := &redisRig{}
+	ok := false
+	defer func() {
+		if !ok {
+			r.stop()
+		}
+	}()
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := strings.Cut(addr, ":")
+	// No persistence, as a rate limiter's Redis usually runs, and the
+	// eviction policy the README asks for.
+	r.redis, err = start("redis-server", addr, nil, "redis-server", "--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction")
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range []struct {
+		p    **proc
+		name string
+		args []string
+	}{
+		{&r.svcRedis, "ratelimiter (Redis backend)", []string{"--backend", "redis", "--redis-addrs", addr}},
+		{&r.svcMemory, "ratelimiter (memory backend)", nil},
+	} {
+		listen, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		*s.p, err = start(s.name, listen, nil, cfg.service, append([]string{"--listen", listen, "--log-level", "warn"}, s.args...)...)
+		if err != nil {
+			return nil, err
+		}
+		if err := ready(*s.p); err != nil {
+			return nil, err
+		}
+		if _, err := call("PUT", (*s.p).url("/v1/limiters/"+benchLimiter), benchSpec); err != nil {
+			return nil, err
+		}
+	}
+	r.client, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		return nil, err
+	}
+	script, keys, args := limiterredis.AcquireCall(keyPrefix, benchLimiter, 1)
+	sha, err := r.client.Do(context.Background(), r.client.B().ScriptLoad().Script(script).Build()).ToString()
+	if err != nil {
+		return nil, fmt.Errorf("SCRIPT LOAD: %w", err)
+	}
+	r.evalsha = append(append([]string{"EVALSHA", sha, strconv.Itoa(len(keys))}, keys...), args...)
+	ok = true
+	return r, nil
+}
+
+func (r *redisRig) stop() {
+	if r.client != nil {
+		r.client.Close()
+	}
+	for _, p := range []*proc{r.svcRedis, r.svcMemory, r.redis} {
+		if p != nil {
+			p.stop()
+		}
+	}
+}
+
+func (p *proc) url(path string) string { return "http://" + p.addr + path }
+
+// ready waits until the service answers /readyz with 200 (on the Redis
+// backend: once it has connected).
+func ready(p *proc) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := call("GET", p.url("/readyz"), "")
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s is not ready after 15s: %v\n%s", p.name, err, p.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// degraded is how many decisions the service made without its backend, from
+// its own metrics: a benchmark of the Redis backend counts only if it is 0.
+func degraded(p *proc) (int64, error) {
+	b, err := call("GET", p.url("/metrics"), "")
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "ratelimiter_decisions_total{") && strings.Contains(line, `degraded="true"`) {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				return 0, fmt.Errorf("metrics line %q: %w", line, err)
+			}
+			n += int64(v)
+		}
+	}
+	return n, sc.Err()
+}
+
+// redisThroughput compares, in interleaved rounds, redis-benchmark running
+// the service's own acquire script (-P 1 and -P 16) with HTTP acquisitions
+// through the service on the Redis backend and on the memory backend.
+func redisThroughput(cfg config, rig *redisRig, rep *report) error {
+	w, err := newWrk(cfg.dir, "acquire", acquireBody, cfg.wrkThreads, cfg.conns)
+	if err != nil {
+		return err
+	}
+	acquire := "/v1/limiters/" + benchLimiter + "/acquire"
+	// redis-benchmark runs a number of commands, not a duration: size each
+	// run from a first one so that it lasts about as long as wrk's.
+	sizes := map[int]int{}
+	for _, pipeline := range []int{1, 16} {
+		s, err := redisBenchmark(rig.redis, cfg.conns, pipeline, 20000, rig.evalsha...)
+		if err != nil {
+			return err
+		}
+		sizes[pipeline] = max(int(s.rps*cfg.duration.Seconds()), 1000)
+	}
+	type system struct {
+		name string
+		run  func() (sample, error)
+	}
+	systems := []system{
+		{"redis-benchmark -P 1 (EVALSHA, the service's script)", func() (sample, error) {
+			return redisBenchmark(rig.redis, cfg.conns, 1, sizes[1], rig.evalsha...)
+		}},
+		{"redis-benchmark -P 16 (EVALSHA, the service's script)", func() (sample, error) {
+			return redisBenchmark(rig.redis, cfg.conns, 16, sizes[16], rig.evalsha...)
+		}},
+		{"ratelimiter, Redis backend (HTTP acquire)", func() (sample, error) {
+			return w.run(rig.svcRedis.url(acquire), cfg.duration, rig.svcRedis, rig.redis)
+		}},
+		{"ratelimiter, memory backend (HTTP acquire)", func() (sample, error) {
+			return w.run(rig.svcMemory.url(acquire), cfg.duration, rig.svcMemory)
+		}},
+	}
+	// Warm the services up once.
+	for _, s := range systems[2:] {
+		if _, err := s.run(); err != nil {
+			return err
+		}
+	}
+	results := make([][]sample, len(systems))
+	var ratio, ratioP1 []float64
+	for round := range cfg.rounds {
+		for i, s := range systems {
+			x, err := s.run()
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			results[i] = append(results[i], x)
+			cfg.progress("round %d  %-56s %9.0f/s  p50 %6.0f µs  p99 %6.0f µs  server CPU %5.1f µs  load CPU %5.1f µs", round+1, s.name, x.rps, x.p50, x.p99, x.serverCPU, x.loadCPU)
+		}
+		n := len(results[2]) - 1
+		ratio = append(ratio, results[2][n].rps/results[1][n].rps)
+		ratioP1 = append(ratioP1, results[2][n].rps/results[0][n].rps)
+	}
+	if n, err := degraded(rig.svcRedis); err != nil {
+		return err
+	} else if n != 0 {
+		return fmt.Errorf("the service on Redis made %d decisions without Redis during the runs: its figures would not be Redis's", n)
+	}
+
+	sec := rep.section("Redis backend: decisions per second against Redis's own ceiling")
+	sec.printf("One Redis %s on loopback (no persistence). redis-benchmark sends the very EVALSHA the service sends for one acquisition (the script, keys and arguments of `AcquireCall`), from %d clients, unpipelined and 16 commands per pipeline; the service is loaded by %s over HTTP/1.1 keep-alive, each request one acquisition of 1 permit from one limiter (GCRA, a limit never reached, so every answer writes). The service's CPU on the Redis backend includes Redis's. %d interleaved rounds of about %s; median (min–max).\n\n",
+		cfg.redisVersion, cfg.conns, w, cfg.rounds, cfg.duration)
+	names := make([]string, len(systems))
+	for i, s := range systems {
+		names[i] = s.name
+	}
+	sec.sampleTable(names, results)
+	sec.printf("\nThrough the service on Redis, decisions per second ÷ redis-benchmark's, per round: **%s of the -P 16 ceiling** (target ≥ 60%%: %s), %s of -P 1.\n",
+		pct(ratio), verdict(median(ratio) >= 0.6), pct(ratioP1))
+	sec.printf("\nNo decision of these runs was degraded (the service's `ratelimiter_decisions_total{degraded=\"true\"}` stayed at 0).\n")
+	return nil
+}
+
+// redisLatency measures, at one moderate fixed rate, what answering from
+// Redis adds to an acquisition's latency, against the memory backend.
+func redisLatency(cfg config, rig *redisRig, rep *report) error {
+	acquire := "/v1/limiters/" + benchLimiter + "/acquire"
+	targets := []*proc{rig.svcMemory, rig.svcRedis}
+	names := []string{"ratelimiter, memory backend", "ratelimiter, Redis backend"}
+	results := make([][]sample, len(targets))
+	var added50, added99, added999 []float64
+	for round := range cfg.rounds {
+		for i, p := range targets {
+			servers := []*proc{p}
+			if p == rig.svcRedis {
+				servers = append(servers, rig.redis)
+			}
+			x, err := openLoop(p.url(acquire), acquireBody, cfg.rate, cfg.duration, servers...)
+			if err != nil {
+				return fmt.Errorf("%s: %w", names[i], err)
+			}
+			results[i] = append(results[i], x)
+			cfg.progress("round %d  %-56s %9.0f/s  p50 %6.0f µs  p99 %6.0f µs", round+1, names[i]+" at a fixed rate", x.rps, x.p50, x.p99)
+		}
+		n := len(results[0]) - 1
+		added50 = append(added50, results[1][n].p50-results[0][n].p50)
+		added99 = append(added99, results[1][n].p99-results[0][n].p99)
+		added999 = append(added999, results[1][n].p999-results[0][n].p999)
+	}
+	if n, err := degraded(rig.svcRedis); err != nil {
+		return err
+	} else if n != 0 {
+		return fmt.Errorf("the service on Redis made %d decisions without Redis during the latency runs", n)
+	}
+	sec := rep.section("Redis backend: latency added by Redis")
+	sec.printf("An open-loop load of %d acquisitions per second (a moderate load: a fraction of either backend's capacity here), sent on schedule whether or not earlier ones were answered, each timed from when it was sent until its answer was read. %d interleaved rounds of %s; median (min–max).\n\n",
+		cfg.rate, cfg.rounds, cfg.duration)
+	sec.sampleTable(names, results)
+	sec.printf("\nAdded by Redis (Redis backend − memory backend, per round): **p50 %s µs, p99 %s µs**, p99.9 %s µs.\n",
+		stat(added50, "%.0f"), stat(added99, "%.0f"), stat(added999, "%.0f"))
+	return nil
+}
