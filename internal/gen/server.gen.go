@@ -30,6 +30,9 @@ type ServerInterface interface {
 	// GetReadiness Readiness probe
 	// (GET /readyz)
 	GetReadiness(w http.ResponseWriter, r *http.Request)
+	// AcquireBatch Acquire permits from many limiters at once
+	// (POST /v1/acquire)
+	AcquireBatch(w http.ResponseWriter, r *http.Request)
 	// ListLimiters List limiters
 	// (GET /v1/limiters)
 	ListLimiters(w http.ResponseWriter, r *http.Request, params ListLimitersParams)
@@ -87,6 +90,12 @@ func (_ Unimplemented) GetOpenAPI(w http.ResponseWriter, r *http.Request) {
 // GetReadiness Readiness probe
 // (GET /readyz)
 func (_ Unimplemented) GetReadiness(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// AcquireBatch Acquire permits from many limiters at once
+// (POST /v1/acquire)
+func (_ Unimplemented) AcquireBatch(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -206,6 +215,20 @@ func (siw *ServerInterfaceWrapper) GetReadiness(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetReadiness(w, r)
+	}))
+
+	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
+		handler = siw.HandlerMiddlewares[i](handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AcquireBatch operation middleware
+func (siw *ServerInterfaceWrapper) AcquireBatch(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AcquireBatch(w, r)
 	}))
 
 	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
@@ -622,6 +645,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/limiters/{name}/available", wrapper.GetAvailable)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/acquire", wrapper.AcquireBatch)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/tenants/{ip}/acquire", wrapper.AcquireTenant)
 	})
 	r.Group(func(r chi.Router) {
@@ -767,6 +793,108 @@ type GetReadiness503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetReadiness503ApplicationProblemPlusJSONResponse) VisitGetReadinessResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireBatchRequestObject struct {
+	Body *AcquireBatchJSONRequestBody
+}
+
+type AcquireBatchResponseObject interface {
+	VisitAcquireBatchResponse(w http.ResponseWriter) error
+}
+
+type AcquireBatch200JSONResponse BatchAcquireResults
+
+func (response AcquireBatch200JSONResponse) VisitAcquireBatchResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireBatch400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireBatch400ApplicationProblemPlusJSONResponse) VisitAcquireBatchResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireBatch413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireBatch413ApplicationProblemPlusJSONResponse) VisitAcquireBatchResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireBatch415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireBatch415ApplicationProblemPlusJSONResponse) VisitAcquireBatchResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireBatch500ApplicationProblemPlusJSONResponse struct {
+	InternalErrorApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireBatch500ApplicationProblemPlusJSONResponse) VisitAcquireBatchResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AcquireBatch503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response AcquireBatch503ApplicationProblemPlusJSONResponse) VisitAcquireBatchResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -1720,6 +1848,9 @@ type StrictServerInterface interface {
 	// GetReadiness Readiness probe
 	// (GET /readyz)
 	GetReadiness(ctx context.Context, request GetReadinessRequestObject) (GetReadinessResponseObject, error)
+	// AcquireBatch Acquire permits from many limiters at once
+	// (POST /v1/acquire)
+	AcquireBatch(ctx context.Context, request AcquireBatchRequestObject) (AcquireBatchResponseObject, error)
 	// ListLimiters List limiters
 	// (GET /v1/limiters)
 	ListLimiters(ctx context.Context, request ListLimitersRequestObject) (ListLimitersResponseObject, error)
@@ -1880,6 +2011,37 @@ func (sh *strictHandler) GetReadiness(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetReadinessResponseObject); ok {
 		if err := validResponse.VisitGetReadinessResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AcquireBatch operation middleware
+func (sh *strictHandler) AcquireBatch(w http.ResponseWriter, r *http.Request) {
+	var request AcquireBatchRequestObject
+
+	var body AcquireBatchJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AcquireBatch(ctx, request.(AcquireBatchRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AcquireBatch")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AcquireBatchResponseObject); ok {
+		if err := validResponse.VisitAcquireBatchResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

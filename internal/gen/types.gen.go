@@ -71,6 +71,67 @@ type Availability struct {
 	ResetAfterMs Milliseconds `json:"reset_after_ms"`
 }
 
+// BatchAcquireRequest A batch of independent acquisitions.
+//
+// Example: {"acquisitions":[{"limiter":"checkout-api","permits":5},{"limiter":"search-api"}]}
+type BatchAcquireRequest struct {
+	// Acquisitions The acquisitions, decided in this order.
+	Acquisitions []BatchAcquisition `json:"acquisitions"`
+}
+
+// BatchAcquireResults The results of a batch, one per acquisition, in the order asked.
+//
+// Example: {"results":[{"decision":{"allowed":true,"exceeds_capacity":false,"limit":9,"permits":5,"remaining":4,"reset_after_ms":33334},"limiter":"checkout-api","status":200},{"limiter":"search-api","problem":{"detail":"Limiter \"search-api\" does not exist.","status":404,"title":"Not Found","type":"about:blank"},"status":404}]}
+type BatchAcquireResults struct {
+	Results []BatchResult `json:"results"`
+}
+
+// BatchAcquisition One acquisition of a batch.
+//
+// Example: {"limiter":"checkout-api","permits":5}
+type BatchAcquisition struct {
+	// Limiter The limiter's name: 1 to 128 ASCII letters, digits, `.`, `_` or
+	// `-`, starting with a letter or digit.
+	//
+	//
+	// Example: checkout-api
+	Limiter string `json:"limiter"`
+
+	// Permits How many permits to take from it, all or nothing.
+	//
+	// Example: 5
+	Permits *int64 `json:"permits,omitempty"`
+}
+
+// BatchResult The result of one acquisition of a batch: a `decision` when `status`
+// is 200, otherwise a `problem` saying why there is none.
+//
+// Example: {"decision":{"allowed":true,"exceeds_capacity":false,"limit":9,"permits":5,"remaining":4,"reset_after_ms":33334},"limiter":"checkout-api","status":200}
+type BatchResult struct {
+	// Decision The answer to an acquisition.
+	//
+	// Example: {"allowed":true,"exceeds_capacity":false,"limit":9,"permits":5,"remaining":4,"reset_after_ms":33334}
+	Decision *Decision `json:"decision,omitempty"`
+
+	// Limiter The limiter asked.
+	//
+	// Example: checkout-api
+	Limiter string `json:"limiter"`
+
+	// Problem An RFC 9457 problem detail.
+	//
+	// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+	Problem *Problem `json:"problem,omitempty"`
+
+	// Status The status the same acquisition would have been answered alone:
+	// 200 with a decision (allowed or denied), 404 for an unknown
+	// limiter, 503 when the backend could not be asked.
+	//
+	//
+	// Example: 200
+	Status int32 `json:"status"`
+}
+
 // Burst `gcra` only: how many permits a full bucket grants at once, from 1 to
 // `limit`. Defaults to `limit`.
 //
@@ -514,6 +575,9 @@ type ListLowestTenantsParams struct {
 	// K The most tenants to return.
 	K *LowestK `form:"k,omitempty" json:"k,omitempty"`
 }
+
+// AcquireBatchJSONRequestBody defines body for AcquireBatch for application/json ContentType.
+type AcquireBatchJSONRequestBody = BatchAcquireRequest
 
 // PutLimiterJSONRequestBody defines body for PutLimiter for application/json ContentType.
 type PutLimiterJSONRequestBody = LimiterSpec

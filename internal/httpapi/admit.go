@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -167,23 +168,45 @@ func readAll(dst []byte, r io.Reader) ([]byte, error) {
 	}
 }
 
-// checkMembers refuses what kin-openapi would let through in an object
-// body: duplicate members, of which it keeps the last rather than guess
-// which one the caller meant, and null members, which it replaces with
-// their default. No request schema has a nullable member.
+// checkMembers refuses what kin-openapi would let through in a body, at any
+// depth: duplicate members, of which it keeps the last rather than guess
+// which one the caller meant, and null members or elements, which it
+// replaces with their default. No request schema has a nullable value.
 func checkMembers(data []byte) *problem {
+	return checkValue(data, "body")
+}
+
+// checkValue is checkMembers for the valid JSON value data found at where.
+func checkValue(data []byte, where string) *problem {
 	var p *problem
-	var keys []string
-	members(data, func(key, value []byte) bool {
-		name := string(key)
-		switch {
-		case slices.Contains(keys, name):
-			p = invalid("body."+name, "appears more than once")
-		case value[0] == 'n':
-			p = invalid("body."+name, "must not be null")
-		}
-		keys = append(keys, name)
-		return p == nil
-	})
+	switch data[skipSpace(data, 0)] {
+	case '{':
+		var keys []string
+		members(data, func(key, value []byte) bool {
+			name := string(key)
+			switch {
+			case slices.Contains(keys, name):
+				p = invalid(where+"."+name, "appears more than once")
+			case value[0] == 'n':
+				p = invalid(where+"."+name, "must not be null")
+			default:
+				p = checkValue(value, where+"."+name)
+			}
+			keys = append(keys, name)
+			return p == nil
+		})
+	case '[':
+		i := 0
+		elements(data, func(value []byte) bool {
+			at := where + "." + strconv.Itoa(i)
+			if value[0] == 'n' {
+				p = invalid(at, "must not be null")
+			} else {
+				p = checkValue(value, at)
+			}
+			i++
+			return p == nil
+		})
+	}
 	return p
 }

@@ -74,6 +74,17 @@ func TestDegradedDecisions(t *testing.T) {
 				}
 			}
 
+			bres, err := e.c.AcquireBatchWithResponse(ctx, client.BatchAcquireRequest{Acquisitions: []client.BatchAcquisition{{Limiter: "api"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bres.JSON200 == nil || len(bres.JSON200.Results) != 1 {
+				t.Fatalf("acquireBatch: got %s %s, want 200 with one result", bres.Status(), bres.Body)
+			}
+			if r := bres.JSON200.Results[0]; r.Status != 200 || r.Decision == nil || r.Decision.Allowed != wantAllowed || r.Decision.Degraded == nil || !*r.Decision.Degraded {
+				t.Errorf("acquireBatch: got %s, want a degraded decision, allowed %v", bres.Body, wantAllowed)
+			}
+
 			tres, err := e.c.AcquireTenantWithResponse(ctx, "192.0.2.9", client.AcquireTenantJSONRequestBody{Permits: &one})
 			if err != nil {
 				t.Fatal(err)
@@ -89,15 +100,16 @@ func TestDegradedDecisions(t *testing.T) {
 			m := collect(t, reader)
 			for _, tc := range []struct {
 				metric, limiter, result string
+				want                    int64
 			}{
-				{"ratelimiter.decisions", "api", result},
-				{"ratelimiter.permits", "api", permits},
-				{"ratelimiter.decisions", "tenant", result},
-				{"ratelimiter.permits", "tenant", permits},
+				{"ratelimiter.decisions", "api", result, 2}, // acquire and acquireBatch
+				{"ratelimiter.permits", "api", permits, 2},
+				{"ratelimiter.decisions", "tenant", result, 1},
+				{"ratelimiter.permits", "tenant", permits, 1},
 			} {
 				lim := attribute.String("limiter", tc.limiter)
-				if got := sum(t, m[tc.metric], lim, attribute.String("result", tc.result), attribute.Bool("degraded", true)); got != 1 {
-					t.Errorf("%s{limiter=%s,result=%s,degraded=true}: got %d, want 1", tc.metric, tc.limiter, tc.result, got)
+				if got := sum(t, m[tc.metric], lim, attribute.String("result", tc.result), attribute.Bool("degraded", true)); got != tc.want {
+					t.Errorf("%s{limiter=%s,result=%s,degraded=true}: got %d, want %d", tc.metric, tc.limiter, tc.result, got, tc.want)
 				}
 				if got := sum(t, m[tc.metric], lim, attribute.String("result", tc.result)); got != 0 {
 					t.Errorf("%s{limiter=%s,result=%s} without degraded: got %d, want 0", tc.metric, tc.limiter, tc.result, got)

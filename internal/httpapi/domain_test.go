@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,13 @@ func (f fakeLimiters) List(context.Context, string, int) ([]limiter.Definition, 
 func (f fakeLimiters) Delete(context.Context, string) error { return nil }
 func (f fakeLimiters) Acquire(_ context.Context, name string, permits int64) (limiter.Decision, error) {
 	return f.acquire(name, permits)
+}
+func (f fakeLimiters) AcquireBatch(_ context.Context, reqs []limiter.Request) ([]limiter.Result, error) {
+	out := make([]limiter.Result, len(reqs))
+	for i, r := range reqs {
+		out[i].Decision, out[i].Err = f.acquire(r.Name, r.Permits)
+	}
+	return out, nil
 }
 func (f fakeLimiters) Available(context.Context, string) (limiter.Availability, error) {
 	return limiter.Availability{}, nil
@@ -94,6 +102,40 @@ func TestDomainErrors(t *testing.T) {
 			}
 			if tc.logged == "" && strings.Contains(log.String(), "level=ERROR") {
 				t.Errorf("log %q: a %d is no server error", log.String(), tc.status)
+			}
+
+			// In a batch, the same failure is the acquisition's own result,
+			// with the same status and nothing leaked.
+			if tc.status == http.StatusBadRequest || tc.panics {
+				return // a batch with invalid input is refused whole; a panic fails it whole
+			}
+			log.Reset()
+			res, body = e.raw(http.MethodPost, "/v1/acquire", "application/json", `{"acquisitions":[{"limiter":"x"}]}`)
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("batch: got %s %s, want 200", res.Status, body)
+			}
+			var batch struct {
+				Results []struct {
+					Status  int `json:"status"`
+					Problem struct {
+						Status int    `json:"status"`
+						Detail string `json:"detail"`
+					} `json:"problem"`
+				} `json:"results"`
+			}
+			if err := json.Unmarshal(body, &batch); err != nil || len(batch.Results) != 1 {
+				t.Fatalf("batch: %s: %v", body, err)
+			}
+			if r := batch.Results[0]; r.Status != tc.status || r.Problem.Status != tc.status || r.Problem.Detail == "" {
+				t.Errorf("batch result: got %+v, want status %d with a problem", r, tc.status)
+			}
+			for _, secret := range []string{"10.1.2.3", "0xdeadbeef", "shard"} {
+				if strings.Contains(string(body), secret) {
+					t.Errorf("the batch answer %s leaks %q", body, secret)
+				}
+			}
+			if tc.logged != "" && !strings.Contains(log.String(), tc.logged) {
+				t.Errorf("batch: log %q: want it to say %q", log.String(), tc.logged)
 			}
 		})
 	}

@@ -94,6 +94,29 @@ var badInputs = []badRequest{
 	{name: "delete bad name", method: http.MethodDelete, path: "/v1/limiters/.seed", location: "path.name"},
 	{name: "get bad name", method: http.MethodGet, path: "/v1/limiters/_seed", location: "path.name"},
 
+	// acquireBatch, through kin-openapi: one bad acquisition refuses the
+	// whole batch, so the valid ones before and after it take nothing.
+	{name: "batch no body", path: "/v1/acquire", location: "body"},
+	{name: "batch empty object", path: "/v1/acquire", body: `{}`, location: "body.acquisitions"},
+	{name: "batch empty", path: "/v1/acquire", body: `{"acquisitions":[]}`, location: "body.acquisitions"},
+	{name: "batch too long", path: "/v1/acquire", body: `{"acquisitions":[` + strings.Repeat(`{"limiter":"seed"},`, 1000) + `{"limiter":"seed"}]}`, location: "body.acquisitions"},
+	{name: "batch null", path: "/v1/acquire", body: `{"acquisitions":null}`, location: "body.acquisitions"},
+	{name: "batch not an array", path: "/v1/acquire", body: `{"acquisitions":{"limiter":"seed"}}`, location: "body.acquisitions"},
+	{name: "batch item without limiter", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed"},{"permits":1}]}`, location: "body.acquisitions.1.limiter"},
+	{name: "batch zero permits", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed"},{"limiter":"seed","permits":0},{"limiter":"seed"}]}`, location: "body.acquisitions.1.permits"},
+	{name: "batch too many permits", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed","permits":1000000001}]}`, location: "body.acquisitions.0.permits"},
+	{name: "batch fractional permits", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed","permits":1.5}]}`, location: "body.acquisitions.0.permits"},
+	{name: "batch bad name", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed"},{"limiter":"-seed"}]}`, location: "body.acquisitions.1.limiter"},
+	{name: "batch name too long", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"` + strings.Repeat("a", 129) + `"}]}`, location: "body.acquisitions.0.limiter"},
+	{name: "batch unknown field", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed","tenant":"x"}]}`, location: "body.acquisitions.0.tenant"},
+	{name: "batch unknown top field", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed"}],"atomic":true}`, location: "body.atomic"},
+	{name: "batch duplicate field", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed","limiter":"seed","permits":1}]}`, location: "body.acquisitions.0.limiter"},
+	{name: "batch duplicate permits", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed","permits":1,"permits":2}]}`, location: "body.acquisitions.0.permits"},
+	{name: "batch null permits", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed","permits":null}]}`, location: "body.acquisitions.0.permits"},
+	{name: "batch null item", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed"},null]}`, location: "body.acquisitions.1"},
+	{name: "batch text/plain", path: "/v1/acquire", contentType: "text/plain", body: `{"acquisitions":[{"limiter":"seed"}]}`, status: http.StatusUnsupportedMediaType},
+	{name: "batch trailing garbage", path: "/v1/acquire", body: `{"acquisitions":[{"limiter":"seed"}]}]`, location: "body"},
+
 	// Query parameters.
 	{name: "page size zero", method: http.MethodGet, path: "/v1/limiters?page_size=0", location: "query.page_size"},
 	{name: "page size too big", method: http.MethodGet, path: "/v1/limiters?page_size=1001", location: "query.page_size"},

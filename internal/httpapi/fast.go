@@ -180,6 +180,27 @@ func members(data []byte, fn func(key, value []byte) bool) bool {
 	}
 }
 
+// elements calls fn with the raw value of each element of the JSON array in
+// data, in order, until fn returns false. data must be valid JSON and an
+// array.
+func elements(data []byte, fn func(value []byte) bool) {
+	i := skipSpace(data, skipSpace(data, 0)+1) // past the bracket
+	if data[i] == ']' {
+		return
+	}
+	for {
+		end := skipValue(data, i)
+		if !fn(data[i:end]) {
+			return
+		}
+		i = skipSpace(data, end)
+		if data[i] == ']' {
+			return
+		}
+		i = skipSpace(data, i+1) // past the comma
+	}
+}
+
 func skipSpace(data []byte, i int) int {
 	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
 		i++

@@ -52,6 +52,9 @@ type Limiters interface {
 	List(ctx context.Context, after string, max int) ([]limiter.Definition, error)
 	Delete(ctx context.Context, name string) error
 	Acquire(ctx context.Context, name string, permits int64) (limiter.Decision, error)
+	// AcquireBatch decides acquisitions each on its own, in order; see
+	// limiter.Service.AcquireBatch.
+	AcquireBatch(ctx context.Context, reqs []limiter.Request) ([]limiter.Result, error)
 	Available(ctx context.Context, name string) (limiter.Availability, error)
 }
 

@@ -108,6 +108,8 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 		return rejected("body.permits", reason(err, limiter.ErrInvalidPermits))
 	case errors.Is(err, limiter.ErrInvalidPolicy):
 		return rejected("body", reason(err, limiter.ErrInvalidPolicy))
+	case errors.Is(err, limiter.ErrInvalidBatch):
+		return rejected("body.acquisitions", reason(err, limiter.ErrInvalidBatch))
 	case errors.Is(err, tenant.ErrInvalidIP):
 		return rejected("path.ip", reason(err, tenant.ErrInvalidIP))
 	case errors.Is(err, tenant.ErrInvalidK):

@@ -12,24 +12,6 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
-// decisionOf is the generated model of a decision, the reference for the
-// hand-written answers.
-func decisionOf(d limiter.Decision) gen.Decision {
-	out := gen.Decision{
-		Allowed:         d.Allowed,
-		Permits:         d.Permits,
-		Remaining:       d.Remaining,
-		Limit:           d.Limit,
-		ResetAfterMs:    millis(d.ResetAfter),
-		ExceedsCapacity: d.ExceedsCapacity,
-	}
-	if !d.Allowed && !d.ExceedsCapacity && d.RetryAfter > 0 {
-		ms := millis(d.RetryAfter)
-		out.RetryAfterMs = &ms
-	}
-	return out
-}
-
 // same checks that two recorders saw the same answer.
 func same(t *testing.T, what string, got, want *httptest.ResponseRecorder) {
 	t.Helper()

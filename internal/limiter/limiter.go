@@ -54,6 +54,7 @@ var (
 	ErrInvalidPermits   = errors.New("invalid permits")
 	ErrInvalidName      = errors.New("invalid limiter name")
 	ErrUnavailable      = errors.New("limiter backend unavailable")
+	ErrInvalidBatch     = errors.New("invalid batch")
 	errUnknownAlgorithm = errors.New("unknown algorithm")
 )
 

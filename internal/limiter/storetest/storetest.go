@@ -1,7 +1,7 @@
 // Package storetest is the behavioural suite every limiter.Store must pass,
 // whatever keeps its state: definitions (put, get, list, delete, replace),
 // decisions (all or nothing, Available without consuming, both algorithms,
-// capacity), concurrency and replenishment.
+// capacity), batches of acquisitions, concurrency and replenishment.
 //
 // A shared store reads the time from its server, so the suite never injects
 // a clock. It uses long periods (an hour) wherever nothing may replenish
@@ -41,6 +41,8 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"LimitersAreIndependent", testIndependent},
 		{"ConcurrentAcquire", testConcurrentAcquire},
 		{"Replenishment", testReplenishment},
+		{"Batch", testBatch},
+		{"ConcurrentBatches", testConcurrentBatches},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,120 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/ratelimiter/ratelimiter/client"
+)
+
+// A batch answers each acquisition as if made alone, in order, through the
+// generated client: repeated acquisitions see each other, an unknown
+// limiter fails only its own result, and no rate-limit headers are sent.
+func TestAcquireBatch(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("five", client.LimiterSpec{Limit: 5, Period: "1m"})
+	e.put("nine", client.LimiterSpec{Limit: 9, Period: "1m"})
+	n := func(v int64) *int64 { return &v }
+	res, err := e.c.AcquireBatchWithResponse(ctx, client.BatchAcquireRequest{Acquisitions: []client.BatchAcquisition{
+		{Limiter: "five", Permits: n(3)},
+		{Limiter: "nine"}, // one permit, by default
+		{Limiter: "five", Permits: n(3)},
+		{Limiter: "missing"},
+		{Limiter: "five", Permits: n(2)},
+		{Limiter: "five", Permits: n(6)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.JSON200 == nil {
+		t.Fatalf("got %s %s, want 200", res.Status(), res.Body)
+	}
+	for _, h := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
+		if v := res.HTTPResponse.Header.Get(h); v != "" {
+			t.Errorf("header %s = %q, want none on a batch", h, v)
+		}
+	}
+	type want struct {
+		limiter   string
+		status    int32
+		allowed   bool
+		permits   int64
+		remaining int64
+		retry     bool
+		exceeds   bool
+	}
+	wants := []want{
+		{"five", 200, true, 3, 2, false, false},
+		{"nine", 200, true, 1, 8, false, false},
+		{"five", 200, false, 3, 2, true, false},
+		{"missing", 404, false, 0, 0, false, false},
+		{"five", 200, true, 2, 0, false, false},
+		{"five", 200, false, 6, 0, false, true},
+	}
+	got := res.JSON200.Results
+	if len(got) != len(wants) {
+		t.Fatalf("got %d results, want %d: %s", len(got), len(wants), res.Body)
+	}
+	for i, w := range wants {
+		r := got[i]
+		what := fmt.Sprintf("result %d (%s)", i, w.limiter)
+		if r.Limiter != w.limiter || r.Status != w.status {
+			t.Errorf("%s: got limiter %q status %d, want %q %d", what, r.Limiter, r.Status, w.limiter, w.status)
+			continue
+		}
+		if w.status != http.StatusOK {
+			if r.Decision != nil || r.Problem == nil || r.Problem.Status != w.status || r.Problem.Detail == nil {
+				t.Errorf("%s: got %+v, want only a problem with status %d and a detail", what, r, w.status)
+			}
+			continue
+		}
+		d := r.Decision
+		if d == nil || r.Problem != nil {
+			t.Errorf("%s: got %+v, want only a decision", what, r)
+			continue
+		}
+		if d.Allowed != w.allowed || d.Permits != w.permits || d.Remaining != w.remaining || (d.RetryAfterMs != nil) != w.retry || d.ExceedsCapacity != w.exceeds || d.Limit == 0 {
+			t.Errorf("%s: got %+v, want allowed=%v permits=%d remaining=%d retry=%v exceeds=%v", what, *d, w.allowed, w.permits, w.remaining, w.retry, w.exceeds)
+		}
+	}
+	if got := e.available("five"); got != 0 {
+		t.Errorf("five: %d available after the batch, want 0", got)
+	}
+	if got := e.available("nine"); got != 8 {
+		t.Errorf("nine: %d available after the batch, want 8", got)
+	}
+}
+
+// The largest batch the spec allows is decided whole.
+func TestAcquireBatchOfMaxSize(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("big", client.LimiterSpec{Limit: 600, Period: "1h"})
+	items := make([]client.BatchAcquisition, 1000)
+	for i := range items {
+		items[i].Limiter = "big"
+	}
+	res, err := e.c.AcquireBatchWithResponse(ctx, client.BatchAcquireRequest{Acquisitions: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.JSON200 == nil || len(res.JSON200.Results) != 1000 {
+		t.Fatalf("got %s with %d bytes, want 200 with 1000 results", res.Status(), len(res.Body))
+	}
+	allowed := 0
+	for i, r := range res.JSON200.Results {
+		if r.Decision == nil {
+			t.Fatalf("result %d: %+v, want a decision", i, r)
+		}
+		// In order: the first 600 fit, the rest do not.
+		if r.Decision.Allowed != (i < 600) {
+			t.Errorf("result %d: allowed = %v, want %v", i, r.Decision.Allowed, i < 600)
+		}
+		if r.Decision.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 600 {
+		t.Errorf("%d allowed, want 600", allowed)
+	}
+}
