@@ -47,7 +47,8 @@ func (s *server) admit(next http.Handler) http.Handler {
 			}
 		}
 		if op.fast != fastNone {
-			if p := validateFast(op, r, b); p != nil {
+			r, p := validateFast(op, r, b)
+			if p != nil {
 				s.writeProblem(w, r, p)
 				return
 			}

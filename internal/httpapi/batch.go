@@ -14,23 +14,26 @@ import (
 // already refused a body with any invalid acquisition, so that a batch is
 // decided whole or not at all; the checks here only keep the domain's word.
 func (s *server) AcquireBatch(ctx context.Context, req gen.AcquireBatchRequestObject) (gen.AcquireBatchResponseObject, error) {
-	if req.Body == nil {
-		return nil, invalid("body", "is required")
-	}
-	items := req.Body.Acquisitions
-	reqs := make([]limiter.Request, len(items))
-	var errs []gen.FieldError
-	for i, it := range items {
-		reqs[i] = limiter.Request{Name: it.Limiter, Permits: 1}
-		if it.Permits != nil {
-			reqs[i].Permits = *it.Permits
+	reqs, checked := batchOf(ctx)
+	if !checked { // validated by kin-openapi, not by validateFast
+		if req.Body == nil {
+			return nil, invalid("body", "is required")
 		}
-		where := fmt.Sprintf("body.acquisitions.%d.", i)
+		reqs = make([]limiter.Request, len(req.Body.Acquisitions))
+		for i, it := range req.Body.Acquisitions {
+			reqs[i] = limiter.Request{Name: it.Limiter, Permits: 1}
+			if it.Permits != nil {
+				reqs[i].Permits = *it.Permits
+			}
+		}
+	}
+	var errs []gen.FieldError
+	for i := range reqs {
 		if err := limiter.CheckName(reqs[i].Name); err != nil {
-			errs = append(errs, gen.FieldError{Location: where + "limiter", Message: reason(err, limiter.ErrInvalidName)})
+			errs = append(errs, gen.FieldError{Location: fmt.Sprintf("body.acquisitions.%d.limiter", i), Message: reason(err, limiter.ErrInvalidName)})
 		}
 		if err := limiter.CheckPermits(reqs[i].Permits); err != nil {
-			errs = append(errs, gen.FieldError{Location: where + "permits", Message: reason(err, limiter.ErrInvalidPermits)})
+			errs = append(errs, gen.FieldError{Location: fmt.Sprintf("body.acquisitions.%d.permits", i), Message: reason(err, limiter.ErrInvalidPermits)})
 		}
 	}
 	if errs != nil {
@@ -40,22 +43,17 @@ func (s *server) AcquireBatch(ctx context.Context, req gen.AcquireBatchRequestOb
 	if err != nil {
 		return nil, err
 	}
-	results := make([]gen.BatchResult, len(out))
+	a := &batchAnswer{reqs: reqs, results: out}
 	for i, r := range out {
-		name := reqs[i].Name
-		results[i].Limiter = name
 		if r.Err != nil {
-			p := s.itemProblem(ctx, name, r.Err)
-			results[i].Status = int32(p.Status)
-			results[i].Problem = p
-			continue
+			if a.problems == nil {
+				a.problems = make(map[int]*gen.Problem)
+			}
+			a.problems[i] = s.itemProblem(ctx, reqs[i].Name, r.Err)
 		}
-		s.tel.decided(ctx, name, r.Decision)
-		d := decisionOf(r.Decision)
-		results[i].Status = http.StatusOK
-		results[i].Decision = &d
 	}
-	return gen.AcquireBatch200JSONResponse{Results: results}, nil
+	s.tel.decidedBatch(ctx, reqs, out)
+	return a, nil
 }
 
 // itemProblem is the problem of one acquisition of a batch that failed: what
@@ -74,26 +72,4 @@ func (s *server) itemProblem(ctx context.Context, name string, err error) *gen.P
 		s.log.ErrorContext(ctx, "batch acquisition failed", "limiter", name, "error", err)
 	}
 	return &gen.Problem{Type: "about:blank", Title: http.StatusText(status), Status: int32(status), Detail: &detail}
-}
-
-// decisionOf is the generated model of a decision: the JSON of a batch
-// result, and the reference for the hand-written answers of acquire.
-func decisionOf(d limiter.Decision) gen.Decision {
-	out := gen.Decision{
-		Allowed:         d.Allowed,
-		Permits:         d.Permits,
-		Remaining:       d.Remaining,
-		Limit:           d.Limit,
-		ResetAfterMs:    millis(d.ResetAfter),
-		ExceedsCapacity: d.ExceedsCapacity,
-	}
-	if !d.Allowed && !d.ExceedsCapacity && d.RetryAfter > 0 {
-		retry := millis(d.RetryAfter)
-		out.RetryAfterMs = &retry
-	}
-	if d.Degraded {
-		degraded := true
-		out.Degraded = &degraded
-	}
-	return out
 }

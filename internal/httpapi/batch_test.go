@@ -2,10 +2,17 @@ package httpapi
 
 import (
 	"fmt"
+	"math"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/ratelimiter/ratelimiter/client"
+	"github.com/ratelimiter/ratelimiter/internal/gen"
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
 // A batch answers each acquisition as if made alone, in order, through the
@@ -116,5 +123,82 @@ func TestAcquireBatchOfMaxSize(t *testing.T) {
 	}
 	if allowed != 600 {
 		t.Errorf("%d allowed, want 600", allowed)
+	}
+}
+
+// The hand-written batch answer is byte for byte what the generated code
+// writes.
+func TestBatchAnswerMatchesGenerated(t *testing.T) {
+	detail := `Limiter "a<b>&c" does not exist.`
+	reqs := []limiter.Request{{Name: "a"}, {Name: "a.b_c-d"}, {Name: "z"}, {Name: "d"}, {Name: "a<b>&c"}, {Name: "e"}, {Name: "f"}}
+	results := []limiter.Result{
+		{Decision: limiter.Decision{Allowed: true, Permits: 5, Remaining: 4, Limit: 9, ResetAfter: 33333333334}},
+		{Decision: limiter.Decision{Permits: 5, Remaining: 4, Limit: 9, ResetAfter: 33333333334, RetryAfter: 6666666667}},
+		{Decision: limiter.Decision{Permits: 10, Remaining: 9, Limit: 9, ExceedsCapacity: true}},
+		{Decision: limiter.Degraded(1, limiter.FailOpen)},
+		{Err: limiter.ErrNotFound},
+		{Err: limiter.ErrUnavailable},
+		{Decision: limiter.Decision{Allowed: true, Permits: limiter.MaxLimit, Limit: limiter.MaxLimit, ResetAfter: math.MaxInt64}},
+	}
+	problems := map[int]*gen.Problem{
+		4: {Type: "about:blank", Title: "Not Found", Status: 404, Detail: &detail},
+		5: {Type: "about:blank", Title: "Service Unavailable", Status: 503},
+	}
+	for n := range len(results) + 1 {
+		generated := make([]gen.BatchResult, n)
+		for i := range generated {
+			generated[i] = gen.BatchResult{Limiter: reqs[i].Name, Status: 200}
+			if p := problems[i]; p != nil {
+				generated[i].Status, generated[i].Problem = p.Status, p
+				continue
+			}
+			d := decisionOf(results[i].Decision)
+			generated[i].Decision = &d
+		}
+		got, want := httptest.NewRecorder(), httptest.NewRecorder()
+		if err := (&batchAnswer{reqs: reqs[:n], results: results[:n], problems: problems}).VisitAcquireBatchResponse(got); err != nil {
+			t.Fatal(err)
+		}
+		if err := (gen.AcquireBatch200JSONResponse{Results: generated}).VisitAcquireBatchResponse(want); err != nil {
+			t.Fatal(err)
+		}
+		same(t, fmt.Sprintf("%d results", n), got, want)
+	}
+}
+
+// A batch's decisions are counted as many single acquisitions would be.
+func TestBatchMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	e := newEnv(t, func(o *Options) { o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)) })
+	e.put("seed", client.LimiterSpec{Limit: 9, Period: "1m"})
+	e.put("other", client.LimiterSpec{Limit: 9, Period: "1m"})
+	n := func(v int64) *int64 { return &v }
+	res, err := e.c.AcquireBatchWithResponse(ctx, client.BatchAcquireRequest{Acquisitions: []client.BatchAcquisition{
+		{Limiter: "seed", Permits: n(5)}, // allowed
+		{Limiter: "seed", Permits: n(5)}, // denied
+		{Limiter: "missing"},             // not a decision
+		{Limiter: "seed", Permits: n(4)}, // allowed
+		{Limiter: "other", Permits: n(2)},
+		{Limiter: "seed", Permits: n(1)}, // denied
+	}})
+	if err != nil || res.JSON200 == nil {
+		t.Fatalf("acquireBatch: %v %v", res, err)
+	}
+	m := collect(t, reader)
+	for _, tc := range []struct {
+		metric, limiter, result string
+		want                    int64
+	}{
+		{"ratelimiter.decisions", "seed", "allowed", 2},
+		{"ratelimiter.decisions", "seed", "denied", 2},
+		{"ratelimiter.permits", "seed", "granted", 9},
+		{"ratelimiter.permits", "seed", "denied", 6},
+		{"ratelimiter.decisions", "other", "allowed", 1},
+		{"ratelimiter.permits", "other", "granted", 2},
+		{"ratelimiter.decisions", "missing", "denied", 0},
+	} {
+		if got := sum(t, m[tc.metric], attribute.String("limiter", tc.limiter), attribute.String("result", tc.result)); got != tc.want {
+			t.Errorf("%s{limiter=%s,result=%s}: got %d, want %d", tc.metric, tc.limiter, tc.result, got, tc.want)
+		}
 	}
 }

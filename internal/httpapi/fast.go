@@ -14,28 +14,42 @@ import (
 
 // validateFast checks a request to a hot operation against the spec, as
 // kin-openapi would, without its cost: the path parameter, and the
-// AcquireRequest body. TestFastValidationAgreesWithSpec holds the two
+// AcquireRequest or BatchAcquireRequest body. It returns the request to
+// serve, which carries a batch's acquisitions. TestFastValidationAgreesWithSpec holds the two
 // together.
-func validateFast(op *operation, r *http.Request, b *body) *problem {
+func validateFast(op *operation, r *http.Request, b *body) (*http.Request, *problem) {
 	// Parameters are checked as sent, escaped, as kin-openapi does: no
 	// valid name or address needs escaping, and '%' is none of their
 	// characters.
 	switch op.fast {
 	case fastLimiter:
 		if msg := checkName(chi.URLParam(r, "name")); msg != "" {
-			return invalid("path.name", msg)
+			return r, invalid("path.name", msg)
 		}
 	case fastTenant:
 		if msg := checkIP(chi.URLParam(r, "ip")); msg != "" {
-			return invalid("path.ip", msg)
+			return r, invalid("path.ip", msg)
 		}
+	case fastBatch:
+		if b == nil {
+			return r, invalid("body", "is required")
+		}
+		reqs, p := checkBatch(b.buf)
+		if p != nil {
+			return r, p
+		}
+		// The generated handler binds an empty body and finds the
+		// acquisitions in its context.
+		clear(b.value)
+		r.Body = checkedBody{b}
+		return withBatch(r, reqs), nil
 	}
 	if b == nil {
-		return nil
+		return r, nil
 	}
 	permits, p := checkAcquire(b.buf)
 	if p != nil {
-		return p
+		return r, p
 	}
 	// Hand the generated handler the value just checked, as kin-openapi
 	// does, rather than have it decode the body again.
@@ -44,7 +58,7 @@ func validateFast(op *operation, r *http.Request, b *body) *problem {
 		b.value["permits"] = permits
 	}
 	r.Body = checkedBody{b}
-	return nil
+	return r, nil
 }
 
 // namePattern is the pattern of the LimiterName parameter.

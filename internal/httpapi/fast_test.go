@@ -57,6 +57,27 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 	} {
 		reqs = append(reqs, request{http.MethodPost, "/v1/limiters/seed/acquire", body})
 	}
+	// Batches, valid or not.
+	for _, body := range []string{
+		`{"acquisitions":[{"limiter":"seed"}]}`,
+		`{"acquisitions":[{"limiter":"seed","permits":2},{"permits":3,"limiter":"seed"}]}`,
+		` { "acquisitions" : [ { "limiter" : "seed" } , {"limiter":"s\u0065ed"} ] } `,
+		`{"acquisitions":[{"limiter":"missing"}]}`,
+		`{"acquisitions":[{"limiter":"` + strings.Repeat("z", 128) + `"}]}`,
+		`{"acquisitions":[{"limiter":"se\u00e9d"}]}`, `{"acquisitions":[{"limiter":""}]}`, `{"acquisitions":[{"limiter":5}]}`,
+		`{"acquisitions":[{"limiter":["seed"]}]}`, `{"acquisitions":[{"limiter":"seed","permits":"1"}]}`,
+		`{"acquisitions":[{"limiter":"seed","permits":1e0}]}`, `{"acquisitions":[{"limiter":"seed","permits":-0}]}`,
+		`{"acquisitions":[{"limiter":"seed","permits":1000000000}]}`, `{"acquisitions":[{"limiter":"seed","permits":9223372036854775808}]}`,
+		`{"acquisitions":[{"limiter":"seed","Limiter":"seed"}]}`, `{"acquisitions":[{}]}`, `{"acquisitions":[[]]}`,
+		`{"acquisitions":[1]}`, `{"acquisitions":["seed"]}`, `{"acquisitions":[true]}`, `{"acquisitions":"seed"}`,
+		`{"acquisitions":1}`, `{"acquisitions":[{"limiter":"seed"}],"acquisitions":[{"limiter":"seed"}]}`,
+		`{"Acquisitions":[{"limiter":"seed"}]}`, `{"acquisitions":[{"limiter":"seed"},{"limiter":"seed","x":{"y":[1,"]"]}}]}`,
+		`{"acquisitions":[` + strings.Repeat(`{"limiter":"seed"},`, 999) + `{"limiter":"seed"}]}`,
+		`{"acquisitions":[` + strings.Repeat(`{"limiter":"seed"},`, 999) + `{"limiter":"-"}]}`,
+		`[]`, `"x"`, `null`,
+	} {
+		reqs = append(reqs, request{http.MethodPost, "/v1/acquire", body})
+	}
 	// Names and addresses, valid or not, random or at the edges.
 	names := []string{"seed", "a", "0", "a.b_c-d", strings.Repeat("z", 128), strings.Repeat("z", 129), "se%41d", "%73eed", "s%2Fd", "-", "a..", "A-"}
 	ips := []string{"203.0.113.7", "::", "::1", "1", "fe80::1", "2001:DB8::1", "1.2.3", "ffff", strings.Repeat("1", 45), "1.2.3.4%2F8", "g::1"}
@@ -101,13 +122,24 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 			continue
 		}
 		// The fast validation stops at the first error; the spec's finds all.
-		if first := (*fp.Errors)[0]; !slices.Contains(fieldLocations(sp), first.Location) {
+		// Where kin-openapi lets a number like 1e0 through, encoding/json
+		// refuses it and names the field without array indices.
+		first := (*fp.Errors)[0]
+		if !slices.Contains(fieldLocations(sp), first.Location) && !slices.Contains(fieldLocations(sp), withoutIndices(first.Location)) {
 			t.Errorf("%s %s %s: fast validation blames %s, the spec %v", r.method, r.path, r.body, first.Location, fieldLocations(sp))
 		}
 	}
 	if got, want := fast.available("seed"), spec.available("seed"); got != want {
 		t.Errorf("available: fast validation left %d, the spec %d", got, want)
 	}
+}
+
+// withoutIndices drops the array indices of a field location:
+// body.acquisitions.0.permits is body.acquisitions.permits.
+func withoutIndices(location string) string {
+	parts := strings.Split(location, ".")
+	parts = slices.DeleteFunc(parts, func(p string) bool { return p != "" && strings.Trim(p, "0123456789") == "" })
+	return strings.Join(parts, ".")
 }
 
 // acquireModel is the obviously-correct reading of an AcquireRequest body:

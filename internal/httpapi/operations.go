@@ -38,6 +38,7 @@ const (
 	fastNone    fastKind = iota
 	fastLimiter          // a limiter name in the path
 	fastTenant           // an IP address in the path
+	fastBatch            // a BatchAcquireRequest body
 )
 
 // fastOperations are the hot operations. kin-openapi nearly doubles what
@@ -49,6 +50,7 @@ var fastOperations = map[string]fastKind{
 	"getAvailable":       fastLimiter,
 	"acquireTenant":      fastTenant,
 	"getTenantAvailable": fastTenant,
+	"acquireBatch":       fastBatch,
 }
 
 // untraced operations get no server span: probes would drown the traces.

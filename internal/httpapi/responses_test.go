@@ -12,6 +12,28 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
+// decisionOf is the generated model of a decision, the reference for the
+// hand-written answers.
+func decisionOf(d limiter.Decision) gen.Decision {
+	out := gen.Decision{
+		Allowed:         d.Allowed,
+		Permits:         d.Permits,
+		Remaining:       d.Remaining,
+		Limit:           d.Limit,
+		ResetAfterMs:    millis(d.ResetAfter),
+		ExceedsCapacity: d.ExceedsCapacity,
+	}
+	if !d.Allowed && !d.ExceedsCapacity && d.RetryAfter > 0 {
+		retry := millis(d.RetryAfter)
+		out.RetryAfterMs = &retry
+	}
+	if d.Degraded {
+		degraded := true
+		out.Degraded = &degraded
+	}
+	return out
+}
+
 // same checks that two recorders saw the same answer.
 func same(t *testing.T, what string, got, want *httptest.ResponseRecorder) {
 	t.Helper()

@@ -134,6 +134,47 @@ func (t *telemetry) decided(ctx context.Context, name string, d limiter.Decision
 	t.permits.Add(ctx, d.Permits, opts.deniedPermits...)
 }
 
+// decidedBatch counts the decisions of a batch: one addition per run of
+// decisions on the same limiter with the same outcome, rather than one per
+// decision, since a batch often asks one limiter many times.
+func (t *telemetry) decidedBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) {
+	var run struct {
+		name              string
+		degraded, allowed bool
+		n, permits        int64
+	}
+	flush := func() {
+		if run.n == 0 {
+			return
+		}
+		opts := t.decisionOpts(run.name)
+		if run.degraded {
+			opts = opts.degraded
+		}
+		if run.allowed {
+			t.decisions.Add(ctx, run.n, opts.allowed...)
+			t.permits.Add(ctx, run.permits, opts.granted...)
+		} else {
+			t.decisions.Add(ctx, run.n, opts.denied...)
+			t.permits.Add(ctx, run.permits, opts.deniedPermits...)
+		}
+	}
+	for i, r := range out {
+		if r.Err != nil {
+			continue // not a decision, as for a single acquisition
+		}
+		d := r.Decision
+		if run.n > 0 && (reqs[i].Name != run.name || d.Degraded != run.degraded || d.Allowed != run.allowed) {
+			flush()
+			run.n, run.permits = 0, 0
+		}
+		run.name, run.degraded, run.allowed = reqs[i].Name, d.Degraded, d.Allowed
+		run.n++
+		run.permits += d.Permits
+	}
+	flush()
+}
+
 func (t *telemetry) decisionOpts(name string) *decisionOpts {
 	if v, ok := t.labels.Load(name); ok {
 		return v.(*decisionOpts)
