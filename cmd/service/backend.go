@@ -239,7 +239,7 @@ type swapStore struct {
 	p atomic.Pointer[limiterredis.Store]
 }
 
-var _ limiter.Store = (*swapStore)(nil)
+var _ limiter.BatchStore = (*swapStore)(nil)
 
 var errNotConnected = fmt.Errorf("%w: not connected to Redis yet", limiter.ErrUnavailable)
 
@@ -290,6 +290,17 @@ func (s *swapStore) Acquire(ctx context.Context, name string, permits int64) (li
 		return limiter.Decision{}, err
 	}
 	return st.Acquire(ctx, name, permits)
+}
+
+func (s *swapStore) AcquireBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) {
+	st, err := s.get()
+	if err != nil {
+		for i := range out {
+			out[i] = limiter.Result{Err: err}
+		}
+		return
+	}
+	st.AcquireBatch(ctx, reqs, out)
 }
 
 func (s *swapStore) Available(ctx context.Context, name string) (limiter.Availability, error) {

@@ -85,6 +85,34 @@ func TestRedisBackendIsShared(t *testing.T) {
 		t.Errorf("granted %d of 15 acquisitions through two replicas, want the limit, 10", granted)
 	}
 
+	// A batch through either replica sees the same limiter, in order.
+	if res, err := a.PutLimiterWithResponse(ctx, "batched", client.LimiterSpec{Limit: 5, Period: "1h"}); err != nil || res.StatusCode() != http.StatusCreated {
+		t.Fatalf("put batched: %v %v", res, err)
+	}
+	three := int64(3)
+	items := []client.BatchAcquisition{{Limiter: "batched", Permits: &three}, {Limiter: "shared"}, {Limiter: "batched", Permits: &three}, {Limiter: "nowhere"}, {Limiter: "batched"}}
+	batch, err := b.AcquireBatchWithResponse(ctx, client.BatchAcquireRequest{Acquisitions: items})
+	if err != nil || batch.JSON200 == nil || len(batch.JSON200.Results) != len(items) {
+		t.Fatalf("batch through b: %v %v", batch, err)
+	}
+	for i, want := range []struct {
+		status    int32
+		allowed   bool
+		remaining int64
+	}{{200, true, 2}, {200, false, 0}, {200, false, 2}, {404, false, 0}, {200, true, 1}} {
+		r := batch.JSON200.Results[i]
+		if r.Status != want.status || (r.Decision != nil) != (want.status == 200) {
+			t.Errorf("batch result %d: got %+v, want status %d", i, r, want.status)
+			continue
+		}
+		if d := r.Decision; d != nil && (d.Allowed != want.allowed || d.Remaining != want.remaining || d.Degraded != nil) {
+			t.Errorf("batch result %d: got %+v, want allowed=%v remaining=%d", i, *d, want.allowed, want.remaining)
+		}
+	}
+	if av, err := a.GetAvailableWithResponse(ctx, "batched"); err != nil || av.JSON200 == nil || av.JSON200.Remaining != 1 {
+		t.Errorf("available through a after the batch through b: %v %v, want 1", av, err)
+	}
+
 	one := int64(3)
 	if res, err := a.AcquireTenantWithResponse(ctx, "198.51.100.7", client.AcquireTenantJSONRequestBody{Permits: &one}); err != nil || res.JSON200 == nil || !res.JSON200.Allowed {
 		t.Fatalf("acquire tenant through a: %v %v", res, err)
@@ -113,6 +141,15 @@ func TestRedisOutageFailClosed(t *testing.T) {
 	d := acquire(t, c, "upstream", 1)
 	if d.Allowed || d.Degraded == nil || !*d.Degraded {
 		t.Errorf("acquire with Redis paused: got %+v, want a degraded denial", d)
+	}
+	batch, err := c.AcquireBatchWithResponse(t.Context(), client.BatchAcquireRequest{Acquisitions: []client.BatchAcquisition{{Limiter: "upstream"}, {Limiter: "upstream"}}})
+	if err != nil || batch.JSON200 == nil {
+		t.Fatalf("batch with Redis paused: %v %v, want 200", batch, err)
+	}
+	for i, r := range batch.JSON200.Results {
+		if r.Decision == nil || r.Decision.Allowed || r.Decision.Degraded == nil || !*r.Decision.Degraded {
+			t.Errorf("batch result %d with Redis paused: got %+v, want a degraded denial", i, r)
+		}
 	}
 	waitReady(t, c, http.StatusServiceUnavailable)
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
@@ -31,11 +33,33 @@ func (s *Store) Available(ctx context.Context, name string) (limiter.Availabilit
 // decimal), or at the server's time when nowMicros is empty. Only this
 // package's tests pass an instant.
 func (s *Store) acquire(ctx context.Context, name string, permits int64, nowMicros string) (limiter.Decision, error) {
-	if err := limiter.CheckPermits(permits); err != nil {
-		return limiter.Decision{}, fmt.Errorf("redis: acquire %q: %w", name, err)
+	if err := checkPermits(name, permits); err != nil {
+		return limiter.Decision{}, err
 	}
-	args := []string{strconv.FormatInt(permits, 10), nowMicros}
-	v, err := acquireScript.Exec(ctx, s.client, s.keys(name), args).AsIntSlice()
+	reply := acquireScript.Exec(ctx, s.client, s.keys(name), acquireArgs(permits, nowMicros))
+	return decision(name, permits, reply)
+}
+
+// checkPermits is limiter.CheckPermits with the error Acquire returns for
+// taking permits from name.
+func checkPermits(name string, permits int64) error {
+	if err := limiter.CheckPermits(permits); err != nil {
+		return fmt.Errorf("redis: acquire %q: %w", name, err)
+	}
+	return nil
+}
+
+// acquireArgs returns the acquire script's arguments: take permits at
+// nowMicros, or at the server's time when nowMicros is empty.
+func acquireArgs(permits int64, nowMicros string) []string {
+	return []string{strconv.FormatInt(permits, 10), nowMicros}
+}
+
+// decision reads the acquire script's reply to taking permits from name.
+// Acquire and AcquireBatch both read their replies here, so that a batched
+// acquisition decides and fails exactly as the same acquisition alone.
+func decision(name string, permits int64, reply rueidis.RedisResult) (limiter.Decision, error) {
+	v, err := reply.AsIntSlice()
 	if err != nil {
 		return limiter.Decision{}, unavailable("acquire", name, err)
 	}

@@ -1,8 +1,6 @@
 package redis
 
 import (
-	"strconv"
-
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
@@ -53,5 +51,5 @@ func DefinitionValues(p limiter.Policy) []string {
 // itself can decide per second.
 func AcquireCall(prefix, name string, permits int64) (script string, keys, args []string) {
 	s := &Store{prefix: prefix}
-	return acquireSource, s.keys(name), []string{strconv.FormatInt(permits, 10), ""}
+	return acquireSource, s.keys(name), acquireArgs(permits, "")
 }

@@ -1,7 +1,9 @@
 package redis
 
 import (
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 
 	"github.com/redis/rueidis"
 )
@@ -25,6 +27,12 @@ var (
 	// arithmetic in front of their own code.
 	acquireSource = libLua + "\n" + acquireLua
 	acquireScript = rueidis.NewLuaScript(acquireSource)
+	// acquireSHA1 names acquireSource in the EVALSHA commands AcquireBatch
+	// pipelines itself: rueidis.Lua keeps its digest to itself.
+	acquireSHA1 = func() string {
+		sum := sha1.Sum([]byte(acquireSource))
+		return hex.EncodeToString(sum[:])
+	}()
 	// availableScript writes nothing, so it runs as EVALSHA_RO / EVAL_RO.
 	availableScript = rueidis.NewLuaScriptReadOnly(libLua + "\n" + availableLua)
 	putScript       = rueidis.NewLuaScript(putLua)

@@ -34,6 +34,7 @@ func TestStandalone(t *testing.T) {
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, c) })
 	t.Run("ListSkipsStaleNames", func(t *testing.T) { testListSkipsStaleNames(t, c) })
 	t.Run("AcquireCall", func(t *testing.T) { testAcquireCall(t, c) })
+	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
 }
 
 // AcquireCall replayed as a plain EVALSHA takes permits from the limiter
@@ -131,6 +132,7 @@ func TestCluster(t *testing.T) {
 			t.Errorf("List across the cluster: got %d definitions, %v, want 30", len(defs), err)
 		}
 	})
+	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
 }
 
 func newClient(t testing.TB, addrs ...string) rueidis.Client {
