@@ -94,7 +94,7 @@ func redisClients(cfg config, rig *redisRig, rep *report) error {
 				col(func(r clientRun) float64 { return r.clientCPU }, "%.1f"),
 				col(func(r clientRun) float64 { return r.servCPU }, "%.1f"))
 		}
-		rep.facts = append(rep.facts, fmt.Sprintf("rueidis ÷ go-redis operations/s at %d goroutines: %s", g, stat(speedup, "%.2f×")))
+		rep.facts = append(rep.facts, fmt.Sprintf("Redis clients, rueidis ÷ go-redis operations/s with %d concurrent callers: %s", g, stat(speedup, "%.2f×")))
 		sec.printf("| %d | rueidis ÷ go-redis, operations/s per round | %s | | |\n", g, stat(speedup, "%.2f×"))
 	}
 	return nil

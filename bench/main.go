@@ -31,6 +31,7 @@ type config struct {
 	rounds       int
 	duration     time.Duration
 	conns        int
+	batchConns   int
 	wrkThreads   int
 	rate         int
 	redisVersion string
@@ -69,6 +70,7 @@ func run() error {
 	flag.IntVar(&cfg.rounds, "rounds", 5, "interleaved rounds of each comparison")
 	flag.DurationVar(&cfg.duration, "duration", 8*time.Second, "length of each measured run")
 	flag.IntVar(&cfg.conns, "connections", 50, "connections of the closed-loop loads (wrk, redis-benchmark)")
+	flag.IntVar(&cfg.batchConns, "batch-connections", 4, "connections of the closed-loop batch loads")
 	flag.IntVar(&cfg.wrkThreads, "threads", 2, "wrk threads")
 	flag.IntVar(&cfg.rate, "rate", 2000, "requests per second of the fixed-rate latency runs")
 	out := flag.String("out", "../docs/benchmarks.md", "Markdown file to write")
@@ -167,7 +169,7 @@ func checkTools(cfg *config) error {
 		line, _, _ := strings.Cut(strings.TrimSpace(string(v)), "\n")
 		cfg.tools = append(cfg.tools, fmt.Sprintf("%s: %s", t.name, strings.TrimSpace(line)))
 		if t.name == "redis-server" {
-			cfg.redisVersion = strings.Fields(line)[2] // "Redis server v=7.0.15 ..."
+			cfg.redisVersion = strings.TrimPrefix(strings.Fields(line)[2], "v=") // "Redis server v=7.0.15 ..."
 		}
 	}
 	if len(missing) > 0 {
