@@ -68,6 +68,11 @@ func TestBadInput(t *testing.T) {
 			return api.AcquireTenantWithBodyWithResponse(ctx, ip, "application/json", strings.NewReader(body))
 		}
 	}
+	batchBody := func(body string) func(context.Context) (answer, error) {
+		return func(ctx context.Context) (answer, error) {
+			return api.AcquireBatchWithBodyWithResponse(ctx, "application/json", strings.NewReader(body))
+		}
+	}
 	putBody := func(limiter, body string) func(context.Context) (answer, error) {
 		return func(ctx context.Context) (answer, error) {
 			return api.PutLimiterWithBodyWithResponse(ctx, limiter, "application/json", strings.NewReader(body))
@@ -110,6 +115,19 @@ func TestBadInput(t *testing.T) {
 		{"body too large", acquireBody("application/json", tooLarge), 413, acquirePath, ""},
 		{"tenant zero permits", acquireTenantBody(`{"permits":0}`), 400, "/v1/tenants/" + ip + "/acquire", "body.permits"},
 		{"tenant malformed JSON", acquireTenantBody(`{`), 400, "/v1/tenants/" + ip + "/acquire", "body"},
+
+		// Batches: one bad acquisition refuses the batch, so the valid ones
+		// around it take nothing.
+		{"batch empty", batchBody(`{"acquisitions":[]}`), 400, "/v1/acquire", "body.acquisitions"},
+		{"batch over 1000", batchBody(`{"acquisitions":[` + strings.Repeat(`{"limiter":"`+name+`"},`, 1000) + `{"limiter":"` + name + `"}]}`), 400, "/v1/acquire", "body.acquisitions"},
+		{"batch zero permits", batchBody(`{"acquisitions":[{"limiter":"` + name + `"},{"limiter":"` + name + `","permits":0}]}`), 400, "/v1/acquire", "body.acquisitions.1.permits"},
+		{"batch bad name", batchBody(`{"acquisitions":[{"limiter":"` + name + `"},{"limiter":"-x"}]}`), 400, "/v1/acquire", "body.acquisitions.1.limiter"},
+		{"batch duplicate member", batchBody(`{"acquisitions":[{"limiter":"` + name + `","limiter":"` + name + `"}]}`), 400, "/v1/acquire", "body.acquisitions.0.limiter"},
+		{"batch null permits", batchBody(`{"acquisitions":[{"limiter":"` + name + `","permits":null}]}`), 400, "/v1/acquire", "body.acquisitions.0.permits"},
+		{"batch unknown member", batchBody(`{"acquisitions":[{"limiter":"` + name + `","ip":"192.0.2.1"}]}`), 400, "/v1/acquire", "body.acquisitions.0.ip"},
+		{"batch not JSON", func(ctx context.Context) (answer, error) {
+			return api.AcquireBatchWithBodyWithResponse(ctx, "text/plain", strings.NewReader(`{"acquisitions":[{"limiter":"`+name+`"}]}`))
+		}, 415, "/v1/acquire", ""},
 
 		// Limiter definitions, replacing an existing limiter or creating one.
 		{"unknown field in a policy", putBody(name, `{"limit":5,"period":"1m","extra":1}`), 400, "/v1/limiters/" + name, "body.extra"},

@@ -254,6 +254,44 @@ func TestAcquire(t *testing.T) {
 		})
 	}
 
+	t.Run("batch", func(t *testing.T) {
+		t.Parallel()
+		put(t, api, "batch-a", client.LimiterSpec{Limit: 5, Period: "1h"})
+		put(t, api, "batch-b", client.LimiterSpec{Limit: 9, Period: "1h", Algorithm: &slog})
+		items := []client.BatchAcquisition{
+			{Limiter: "batch-a", Permits: ptr[int64](3)},
+			{Limiter: "batch-b", Permits: ptr[int64](9)},
+			{Limiter: "batch-a", Permits: ptr[int64](3)},
+			{Limiter: "batch-none"},
+			{Limiter: "batch-a", Permits: ptr[int64](2)},
+		}
+		res, err := api.AcquireBatchWithResponse(ctx, client.BatchAcquireRequest{Acquisitions: items})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.JSON200 == nil || len(res.JSON200.Results) != len(items) {
+			t.Fatalf("batch: got %d %s, want 200 with %d results", res.StatusCode(), res.Body, len(items))
+		}
+		for i, want := range []struct {
+			status    int32
+			allowed   bool
+			remaining int64
+		}{{200, true, 2}, {200, true, 0}, {200, false, 2}, {404, false, 0}, {200, true, 0}} {
+			r := res.JSON200.Results[i]
+			switch {
+			case r.Limiter != items[i].Limiter || r.Status != want.status:
+				t.Errorf("result %d: got %s %d, want %s %d", i, r.Limiter, r.Status, items[i].Limiter, want.status)
+			case want.status != 200 && (r.Problem == nil || r.Problem.Status != want.status || r.Decision != nil):
+				t.Errorf("result %d: got %+v, want a %d problem", i, r, want.status)
+			case want.status == 200 && (r.Decision == nil || r.Decision.Allowed != want.allowed || r.Decision.Remaining != want.remaining):
+				t.Errorf("result %d: got %+v, want allowed %v, remaining %d", i, r.Decision, want.allowed, want.remaining)
+			}
+		}
+		if got := available(t, api, "batch-a"); got != 0 {
+			t.Errorf("batch-a: %d available after the batch, want 0", got)
+		}
+	})
+
 	t.Run("no body takes one permit", func(t *testing.T) {
 		t.Parallel()
 		const name = "acquire-empty-body"

@@ -133,6 +133,43 @@ func TestReplicasShareRedis(t *testing.T) {
 		}
 	}
 
+	// Batches spread over the replicas are exact too: 24 concurrent batches
+	// of 25 acquisitions (600) against a limit of 100.
+	put(t, replicas[0].api, "upstream-batch", client.LimiterSpec{Limit: 100, Period: "1h"})
+	items := make([]client.BatchAcquisition, 25)
+	for i := range items {
+		items[i].Limiter = "upstream-batch"
+	}
+	var batchAllowed atomic.Int64
+	for w := range 24 {
+		wg.Go(func() {
+			res, err := replicas[w%len(replicas)].api.AcquireBatchWithResponse(ctx, client.BatchAcquireRequest{Acquisitions: items})
+			if err != nil || res.JSON200 == nil {
+				mu.Lock()
+				failures = append(failures, fmt.Sprintf("batch: %v %v", res, err))
+				mu.Unlock()
+				return
+			}
+			for _, r := range res.JSON200.Results {
+				switch {
+				case r.Decision == nil || r.Decision.Degraded != nil:
+					mu.Lock()
+					failures = append(failures, fmt.Sprintf("batch result %+v, want Redis's decision", r))
+					mu.Unlock()
+				case r.Decision.Allowed:
+					batchAllowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d batch failures, first: %s", len(failures), failures[0])
+	}
+	if got := batchAllowed.Load(); got != 100 {
+		t.Errorf("24 concurrent batches of 25 through 3 replicas admitted %d, want exactly the limit, 100", got)
+	}
+
 	// Tenant i takes i permits, each through a different replica.
 	for i := 1; i <= 12; i++ {
 		permits := int64(i)
