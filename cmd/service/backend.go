@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"net"
 	"os"
 	"sync/atomic"
@@ -140,7 +141,8 @@ func redisOptions(c config.Redis) (rueidis.ClientOption, error) {
 		// give up far sooner, by their own timeout.
 		ConnWriteTimeout: max(c.DialTimeout, time.Second),
 		// The scripts read their keys on the server; nothing is cached here.
-		DisableCache: true,
+		DisableCache:      true,
+		PipelineMultiplex: pipelineMultiplex(c.ConnsPerNode),
 	}
 	if c.TLS {
 		// No ServerName: each connection checks the certificate against the
@@ -159,6 +161,22 @@ func redisOptions(c config.Redis) (rueidis.ClientOption, error) {
 		}
 	}
 	return opts, nil
+}
+
+// pipelineMultiplex turns n connections per node, a power of two or 0, into
+// rueidis's ClientOption.PipelineMultiplex, which asks for 2^PipelineMultiplex
+// connections. Its zero value is rueidis's default, which n = 0 keeps; but
+// for a standalone server that default is chosen by GOMAXPROCS, so a single
+// connection is asked for with a negative value, which every client reads
+// as one connection.
+func pipelineMultiplex(n int) int {
+	switch n {
+	case 0:
+		return 0
+	case 1:
+		return -1
+	}
+	return bits.Len(uint(n)) - 1
 }
 
 // connect makes the Redis client, retrying with backoff until Redis answers

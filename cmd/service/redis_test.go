@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"math/bits"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/ratelimiter/ratelimiter/client"
 	"github.com/ratelimiter/ratelimiter/internal/redistest"
@@ -190,4 +195,66 @@ func TestRedisOutageFailOpen(t *testing.T) {
 	if d := acquire(t, late, "upstream", 1); !d.Allowed || d.Degraded == nil {
 		t.Errorf("acquire before Redis ever answered: got %+v, want a degraded grant", d)
 	}
+}
+
+// A replica opens as many connections to a standalone Redis as
+// RATELIMITER_REDIS_CONNS_PER_NODE asks for, and decides over them; 0
+// leaves rueidis's default.
+func TestRedisConnsPerNode(t *testing.T) {
+	// rueidis's default for a standalone server: 2^min(log2(GOMAXPROCS), 2).
+	rueidisDefault := 1 << min(bits.Len(uint(runtime.GOMAXPROCS(0)))-1, 2)
+	tests := []struct {
+		name  string
+		value string
+		want  int
+	}{
+		{name: "one", value: "1", want: 1},
+		{name: "four", value: "4", want: 4},
+		{name: "default", value: "0", want: rueidisDefault},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := redistest.Standalone(t)
+			c := replica(t, addr, map[string]string{"RATELIMITER_REDIS_CONNS_PER_NODE": tt.value})
+			if res, err := c.PutLimiterWithResponse(t.Context(), "conns", client.LimiterSpec{Limit: 1000, Period: "1h"}); err != nil || res.StatusCode() != http.StatusCreated {
+				t.Fatalf("put: %v %v", res, err)
+			}
+			// rueidis sends each keyed command over a connection picked at
+			// random, opening it on first use: 200 decisions open every one
+			// of a few connections but for a vanishing chance.
+			for i := range 200 {
+				if d := acquire(t, c, "conns", 1); !d.Allowed || d.Degraded != nil {
+					t.Fatalf("acquisition %d: got %+v, want a grant from Redis", i, d)
+				}
+			}
+			if got := serviceConns(t, addr); got != tt.want {
+				t.Errorf("RATELIMITER_REDIS_CONNS_PER_NODE=%s: got %d connections to Redis, want %d", tt.value, got, tt.want)
+			}
+		})
+	}
+}
+
+// serviceConns counts the connections to the Redis at addr other than the
+// one it opens to ask: the service's, which have no name.
+func serviceConns(t *testing.T, addr string) int {
+	t.Helper()
+	const name = "conns-counter"
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: []string{addr}, ClientName: name, DisableCache: true, PipelineMultiplex: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	list, err := rc.Do(t.Context(), rc.B().ClientList().Build()).ToString()
+	if err != nil {
+		t.Fatalf("CLIENT LIST: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		if !strings.Contains(line, " name="+name+" ") {
+			n++
+		}
+	}
+	return n
 }

@@ -72,10 +72,18 @@ type Redis struct {
 	KeyPrefix string
 	// Timeout bounds one decision's round trip; DialTimeout one connection.
 	Timeout, DialTimeout time.Duration
+	// ConnsPerNode is how many connections to each Redis node commands are
+	// pipelined over: a power of two from 1 to MaxConnsPerNode, or 0 for
+	// the client library's default (for a standalone server 1, 2 or 4 by
+	// GOMAXPROCS; for a Redis Cluster 1 per node).
+	ConnsPerNode int
 	// FailureMode is FailClosed or FailOpen: the decision when Redis does
 	// not answer within Timeout.
 	FailureMode string
 }
+
+// MaxConnsPerNode is the largest value of Redis.ConnsPerNode.
+const MaxConnsPerNode = 256
 
 // Values of Config.LogFormat.
 const (
@@ -171,6 +179,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("key_prefix", c.Redis.KeyPrefix),
 			slog.String("timeout", c.Redis.Timeout.String()),
 			slog.String("dial_timeout", c.Redis.DialTimeout.String()),
+			slog.Int("conns_per_node", c.Redis.ConnsPerNode),
 			slog.String("failure_mode", c.Redis.FailureMode),
 		),
 	)

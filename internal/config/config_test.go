@@ -51,7 +51,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout:   20 * time.Second,
 		Redis: Redis{
 			Addrs: []string{"localhost:6379"}, KeyPrefix: "ratelimiter:",
-			Timeout: 50 * time.Millisecond, DialTimeout: time.Second, FailureMode: FailClosed,
+			Timeout: 50 * time.Millisecond, DialTimeout: time.Second, ConnsPerNode: 0, FailureMode: FailClosed,
 		},
 		Tenants: tenant.Config{
 			Policy:     limiter.Policy{Limit: 100, Period: time.Minute, Algorithm: limiter.GCRA, Burst: 100},
@@ -123,7 +123,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		"admin-token-file": tokenFile, "config": "",
 		"redis-addrs": "a:1, b:2", "redis-username": "rl", "redis-password-file": passwordFile,
 		"redis-tls": "true", "redis-tls-ca-file": caFile, "redis-key-prefix": "rl1:",
-		"redis-timeout": "20ms", "redis-dial-timeout": "2s", "redis-failure-mode": "fail-open",
+		"redis-timeout": "20ms", "redis-dial-timeout": "2s", "redis-conns-per-node": "16", "redis-failure-mode": "fail-open",
 	}
 	// The settings set by file or by another setting's value; every other
 	// one must be in values, so that adding a setting extends this test.
@@ -136,7 +136,8 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		Listen: "127.0.0.1:9999", Backend: BackendRedis, AdminToken: "s3cret",
 		Redis: Redis{
 			Addrs: []string{"a:1", "b:2"}, Username: "rl", Password: "hunter2", TLS: true, TLSCAFile: caFile,
-			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, FailureMode: FailOpen,
+			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16,
+			FailureMode: FailOpen,
 		},
 		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 4096,
 		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
@@ -169,6 +170,34 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestRedisConnsPerNode(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want int
+	}{
+		{name: "default", want: 0},
+		{name: "zero", args: []string{"--redis-conns-per-node=0"}, want: 0},
+		{name: "one by env", env: map[string]string{"RATELIMITER_REDIS_CONNS_PER_NODE": "1"}, want: 1},
+		{name: "flag", args: []string{"--redis-conns-per-node", "8"}, want: 8},
+		{name: "most", args: []string{"--redis-conns-per-node", "256"}, want: 256},
+		{name: "flag over env", args: []string{"--redis-conns-per-node", "2"},
+			env: map[string]string{"RATELIMITER_REDIS_CONNS_PER_NODE": "64"}, want: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(tt.args, env(tt.env))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if c.Redis.ConnsPerNode != tt.want {
+				t.Errorf("got %d connections per node, want %d", c.Redis.ConnsPerNode, tt.want)
 			}
 		})
 	}
@@ -262,6 +291,14 @@ func TestInvalid(t *testing.T) {
 		{name: "redis tls", env: map[string]string{"RATELIMITER_REDIS_TLS": "yes"}, want: []string{"RATELIMITER_REDIS_TLS", "true or false"}},
 		{name: "redis key prefix", args: []string{"--redis-key-prefix", "a{b}"}, want: []string{"--redis-key-prefix", "braces"}},
 		{name: "redis timeout", args: []string{"--redis-timeout", "0s"}, want: []string{"--redis-timeout", "positive"}},
+		{name: "redis conns per node not a power of two", args: []string{"--redis-conns-per-node", "3"},
+			want: []string{"--redis-conns-per-node", "power of two from 1 to 256", `"3"`}},
+		{name: "redis conns per node negative", env: map[string]string{"RATELIMITER_REDIS_CONNS_PER_NODE": "-1"},
+			want: []string{"RATELIMITER_REDIS_CONNS_PER_NODE", "power of two", `"-1"`}},
+		{name: "redis conns per node too many", args: []string{"--redis-conns-per-node=512"},
+			want: []string{"--redis-conns-per-node", "from 1 to 256", `"512"`}},
+		{name: "redis conns per node not a number", env: map[string]string{"RATELIMITER_REDIS_CONNS_PER_NODE": "x"},
+			want: []string{"RATELIMITER_REDIS_CONNS_PER_NODE", "power of two", `"x"`}},
 		{name: "redis failure mode", args: []string{"--redis-failure-mode", "open"}, want: []string{"--redis-failure-mode", "fail-closed", "fail-open"}},
 		{name: "redis password twice", args: []string{"--redis-password", "x", "--redis-password-file", "/nonexistent"},
 			want: []string{"--redis-password", "--redis-password-file", "set one"}},

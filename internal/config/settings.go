@@ -251,6 +251,21 @@ var settings = []setting{
 		apply: duration(func(c *Config) *time.Duration { return &c.Redis.DialTimeout }, false),
 	},
 	{
+		name: "redis-conns-per-node", env: "RATELIMITER_REDIS_CONNS_PER_NODE", def: "0", arg: "count", group: groupRedis,
+		usage: fmt.Sprintf("Connections to each Redis node that commands are pipelined over: a power of two from 1 to %d. "+
+			"0: the client's default, for a standalone server 1, 2 or 4 by GOMAXPROCS (the CPUs the process may use), "+
+			"for a Cluster 1 per node.",
+			MaxConnsPerNode),
+		apply: func(c *Config, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 || n > MaxConnsPerNode || n&(n-1) != 0 {
+				return fmt.Errorf("must be 0 or a power of two from 1 to %d (1, 2, 4, 8, ...), got %q", MaxConnsPerNode, v)
+			}
+			c.Redis.ConnsPerNode = int(n)
+			return nil
+		},
+	},
+	{
 		name: "redis-failure-mode", env: "RATELIMITER_REDIS_FAILURE_MODE", def: FailClosed, arg: "mode", group: groupRedis,
 		usage: "What a decision is when Redis cannot answer in time: \"fail-closed\" denies it (and /readyz reports " +
 			"not ready while Redis is unreachable), \"fail-open\" allows it. Either way the answer says it was made " +

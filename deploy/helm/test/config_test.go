@@ -187,6 +187,7 @@ func TestConfigWiring(t *testing.T) {
     keyPrefix: 'a:b|c~!"\\#%'
     timeout: 1.5s
     dialTimeout: 1m30s
+    connsPerNode: 256
 `,
 	})
 	for _, vs := range sets {
@@ -359,6 +360,7 @@ func checkRedisConfig(t *testing.T, m *manifests, values map[string]any, cfg con
 		{"Redis key prefix", cfg.Redis.KeyPrefix, lookupString(t, r, "keyPrefix")},
 		{"Redis timeout", cfg.Redis.Timeout, mustDuration(t, lookupString(t, r, "timeout"))},
 		{"Redis dial timeout", cfg.Redis.DialTimeout, mustDuration(t, lookupString(t, r, "dialTimeout"))},
+		{"Redis connections per node", int64(cfg.Redis.ConnsPerNode), lookupInt(t, r, "connsPerNode")},
 		{"Redis failure mode", cfg.Redis.FailureMode, lookupString(t, r, "failureMode")},
 	}
 	for _, c := range checks {
@@ -423,6 +425,7 @@ config:
 		{name: "Redis key prefix changed", extra: redis("keyPrefix: 'other:'"), templateChanges: true},
 		{name: "Redis timeout changed", extra: redis("timeout: 75ms"), templateChanges: true},
 		{name: "Redis dial timeout changed", extra: redis("dialTimeout: 3s"), templateChanges: true},
+		{name: "Redis connections per node changed", extra: redis("connsPerNode: 4"), templateChanges: true},
 		{name: "Redis failure mode changed", extra: redis("failureMode: fail-open"), templateChanges: true},
 		{name: "unrelated value changed", extra: base + "log: {level: debug}\n", templateChanges: true},
 		{name: "value outside the pod changed", extra: base + "service: {port: 80}\n"},

@@ -242,6 +242,8 @@ are listed in ratelimiter.envNames, which extraEnv may not reuse.
   value: {{ $r.timeout | quote }}
 - name: RATELIMITER_REDIS_DIAL_TIMEOUT
   value: {{ $r.dialTimeout | quote }}
+- name: RATELIMITER_REDIS_CONNS_PER_NODE
+  value: {{ int $r.connsPerNode | quote }}
 - name: RATELIMITER_REDIS_FAILURE_MODE
   value: {{ $r.failureMode | quote }}
 {{- end }}
