@@ -24,14 +24,35 @@ type sample struct {
 	p50, p99, p999 float64
 	serverCPU      float64 // of the server under load (or servers, summed)
 	loadCPU        float64 // of the load generator
+	rss            float64 // the servers' resident memory after the run, MiB
 }
 
-// wrkLua makes wrk POST body and print its own summary, with the 99.9th
-// percentile its --latency table leaves out. Latencies are microseconds.
+// wrkLua makes wrk POST body and print its own summary (wrkDone).
 const wrkLua = `wrk.method = "POST"
 wrk.body = %q
 wrk.headers["Content-Type"] = "application/json"
-done = function(summary, latency, requests)
+` + wrkDone
+
+// wrkRandomLua makes wrk POST to keys drawn uniformly from 1 to %[2]d, each
+// thread from its own seed: the Lua function body %[1]s turns key k into
+// the request's path and body. wrkDone prints the summary.
+const wrkRandomLua = `wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local threads = 0
+function setup(thread) threads = threads + 1; thread:set("tid", threads) end
+function init(args) math.randomseed(7919 * (tid or 1)) end
+local function target(k)
+%[1]s
+end
+function request()
+  local path, body = target(math.random(1, %[2]d))
+  return wrk.format(nil, path, nil, body)
+end
+` + wrkDone
+
+// wrkDone prints wrk's summary on one line, with the 99.9th percentile its
+// --latency table leaves out. Latencies are microseconds.
+const wrkDone = `done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format("BENCH %%d %%d %%d %%d %%d %%d %%d\n", summary.requests, summary.duration,
     e.status, e.connect + e.read + e.write + e.timeout,
@@ -49,8 +70,17 @@ type wrk struct {
 }
 
 func newWrk(dir, name, body string, threads, conns int) (*wrk, error) {
+	return newWrkScript(dir, name, fmt.Sprintf(wrkLua, body), threads, conns)
+}
+
+// newWrkRandom is a wrk whose requests go to random keys; see wrkRandomLua.
+func newWrkRandom(dir, name, target string, keys, threads, conns int) (*wrk, error) {
+	return newWrkScript(dir, name, fmt.Sprintf(wrkRandomLua, target, keys), threads, conns)
+}
+
+func newWrkScript(dir, name, lua string, threads, conns int) (*wrk, error) {
 	script := filepath.Join(dir, name+".lua")
-	if err := os.WriteFile(script, fmt.Appendf(nil, wrkLua, body), 0o644); err != nil {
+	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
 		return nil, err
 	}
 	return &wrk{threads: threads, conns: conns, script: script}, nil
@@ -90,6 +120,7 @@ func (w *wrk) run(url string, d time.Duration, servers ...*proc) (sample, error)
 		requests: v[0], rps: v[0] / (v[1] / 1e6),
 		p50: v[4], p99: v[5], p999: v[6],
 		serverCPU: perRequest(serverCPU, v[0]), loadCPU: perRequest(loadCPU, v[0]),
+		rss: rssOf(servers),
 	}, nil
 }
 

@@ -3,11 +3,13 @@
 //
 //	go -C bench run .                 # every comparison; writes ../docs/benchmarks.md
 //	go -C bench run . -smoke          # one short round of each, checks the harness works
-//	go -C bench run . -only clients   # some comparisons (redis, latency, clients)
+//	go -C bench run . -only clients   # some comparisons (http, redis, latency, clients)
 //
-// It builds the service from this checkout, starts every server it measures
-// itself (redis-server, the service on each backend), and loads them with
-// wrk, redis-benchmark or its own open-loop generator. It needs wrk,
+// It builds the service from this checkout and the peers it is compared with
+// (gubernator, envoy ratelimit) from the Go module proxy at pinned versions,
+// starts every server it measures itself (redis-server, the service on each
+// backend, the peers, a trivial net/http handler), and loads them with wrk,
+// redis-benchmark or its own open-loop generator. It needs wrk,
 // redis-server and redis-benchmark on PATH (Debian: apt-get install wrk
 // redis-server) and fails when one is missing.
 package main
@@ -38,6 +40,7 @@ type config struct {
 	tools        []string // versions of the tools used, for the report
 	command      string
 	verbose      bool
+	smoke        bool // short runs, no peers
 }
 
 // progress reports a measurement as it is made, on stderr.
@@ -53,6 +56,7 @@ type comparison struct {
 }
 
 var comparisons = []comparison{
+	{"http", httpComparison},
 	{"redis", redisThroughput},
 	{"latency", redisLatency},
 	{"clients", redisClients},
@@ -76,11 +80,11 @@ func run() error {
 	out := flag.String("out", "../docs/benchmarks.md", "Markdown file to write")
 	root := flag.String("root", "..", "the service's checkout")
 	only := flag.String("only", "", "comma-separated comparisons to run, of: "+names())
-	smoke := flag.Bool("smoke", false, "one short round of each comparison, written to a scratch file: checks the harness, measures nothing worth reading")
+	smoke := flag.Bool("smoke", false, "one short round of each comparison, without the peers, written to a scratch file: checks the harness, measures nothing worth reading")
 	flag.Parse()
 	cfg.command = "go -C bench run . " + strings.Join(os.Args[1:], " ")
 	if *smoke {
-		cfg.rounds, cfg.duration, cfg.rate = 1, time.Second, 200
+		cfg.rounds, cfg.duration, cfg.rate, cfg.smoke = 1, time.Second, 200, true
 	}
 	selected := comparisons
 	if *only != "" {

@@ -72,6 +72,25 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
 }
 
+// rssOf is the servers' resident memory, summed, in MiB; 0 if unknown.
+func rssOf(servers []*proc) float64 {
+	var kb int64
+	for _, p := range servers {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		if err != nil {
+			return 0
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				var n int64
+				fmt.Sscan(v, &n)
+				kb += n
+			}
+		}
+	}
+	return float64(kb) / 1024
+}
+
 // selfCPU is the CPU time of this process, user and system.
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
@@ -111,6 +130,16 @@ func buildService(root, dir string) (string, error) {
 		return "", fmt.Errorf("build the service: %w\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// goBuild builds the package pkg of the module in dir into out.
+func goBuild(dir, pkg, out string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
 }
 
 // call sends one request to a service and fails unless it answers 2xx.

@@ -1,4 +1,4 @@
-// Command trivial is the baseline of the HTTP benchmark: the least a Go
+// Command trivial is the ceiling of the HTTP comparisons: the least a Go
 // service can do to answer an acquire, net/http and encoding/json with no
 // routing, validation, metrics or state. It listens on the address given as
 // its only argument.
