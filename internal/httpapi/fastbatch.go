@@ -186,27 +186,9 @@ func (a *batchAnswer) VisitAcquireBatchResponse(w http.ResponseWriter) error {
 		status := http.StatusOK
 		p := a.problems[i]
 		if p == nil {
-			d := r.Decision
-			b = append(b, `"decision":{"allowed":`...)
-			b = strconv.AppendBool(b, d.Allowed)
-			if d.Degraded {
-				b = append(b, `,"degraded":true`...)
-			}
-			b = append(b, `,"exceeds_capacity":`...)
-			b = strconv.AppendBool(b, d.ExceedsCapacity)
-			b = append(b, `,"limit":`...)
-			b = strconv.AppendInt(b, d.Limit, 10)
-			b = append(b, `,"permits":`...)
-			b = strconv.AppendInt(b, d.Permits, 10)
-			b = append(b, `,"remaining":`...)
-			b = strconv.AppendInt(b, d.Remaining, 10)
-			b = append(b, `,"reset_after_ms":`...)
-			b = strconv.AppendInt(b, millis(d.ResetAfter), 10)
-			if !d.Allowed && !d.ExceedsCapacity && d.RetryAfter > 0 {
-				b = append(b, `,"retry_after_ms":`...)
-				b = strconv.AppendInt(b, millis(d.RetryAfter), 10)
-			}
-			b = append(b, "},"...)
+			b = append(b, `"decision":`...)
+			b = appendDecision(b, r.Decision)
+			b = append(b, ',')
 		}
 		b = append(b, `"limiter":`...)
 		b = appendJSONString(b, a.reqs[i].Name)

@@ -49,10 +49,21 @@ func (a *decisionAnswer) VisitAcquireTenantResponse(w http.ResponseWriter) error
 
 func (a *decisionAnswer) write(w http.ResponseWriter) error {
 	d := a.d
-	retry := !d.Allowed && !d.ExceedsCapacity && d.RetryAfter > 0
 	buf := buffers.Get().(*[]byte)
 	defer buffers.Put(buf)
-	b := append((*buf)[:0], `{"allowed":`...)
+	b := appendDecision((*buf)[:0], d)
+	b = b[:len(b)-1] // writeAnswer ends the object
+	retryHeader := ""
+	if retries(d) {
+		retryHeader = strconv.FormatInt(*retryAfter(d.RetryAfter), 10)
+	}
+	return writeAnswer(w, buf, b, a.isTenant, a.tenant, a.rateLimit, a.policy, retryHeader)
+}
+
+// appendDecision appends the Decision object of d, as the generated code
+// writes it.
+func appendDecision(b []byte, d limiter.Decision) []byte {
+	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
 	if d.Degraded {
 		b = append(b, `,"degraded":true`...)
@@ -67,13 +78,16 @@ func (a *decisionAnswer) write(w http.ResponseWriter) error {
 	b = strconv.AppendInt(b, d.Remaining, 10)
 	b = append(b, `,"reset_after_ms":`...)
 	b = strconv.AppendInt(b, millis(d.ResetAfter), 10)
-	retryHeader := ""
-	if retry {
+	if retries(d) {
 		b = append(b, `,"retry_after_ms":`...)
 		b = strconv.AppendInt(b, millis(d.RetryAfter), 10)
-		retryHeader = strconv.FormatInt(*retryAfter(d.RetryAfter), 10)
 	}
-	return writeAnswer(w, buf, b, a.isTenant, a.tenant, a.rateLimit, a.policy, retryHeader)
+	return append(b, '}')
+}
+
+// retries reports whether d is a denial that waiting can turn into a grant.
+func retries(d limiter.Decision) bool {
+	return !d.Allowed && !d.ExceedsCapacity && d.RetryAfter > 0
 }
 
 // availabilityAnswer is the 200 answer of getAvailable, and of
