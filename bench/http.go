@@ -165,7 +165,7 @@ func httpComparison(cfg config, rig *redisRig, rep *report) error {
 		sec.printf("\n")
 		httpRatios(sec, rep, systems, results, l.mode, li == 0)
 	}
-	return nil
+	return exactness(cfg, exactRuns(rig, guber, envoy), sec)
 }
 
 // httpRatios writes the ratios the targets are about, per round.

@@ -65,13 +65,16 @@ func startGubernator(dir string) (*proc, error) {
 }
 
 // envoyConfig is envoy ratelimit's configuration: the hot key, and one
-// counter per value of "k", both with limits no run reaches.
+// counter per value of "k", both with limits no run reaches, and one
+// counter of 100 per minute per value of "exact" (exactLimit).
 const envoyConfig = `domain: bench
 descriptors:
   - key: hot
     rate_limit: {unit: minute, requests_per_unit: 1000000000}
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 1000000000}
+  - key: exact
+    rate_limit: {unit: minute, requests_per_unit: 100}
 `
 
 // startEnvoy runs envoy ratelimit against the Redis at redisAddr, with
