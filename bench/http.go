@@ -165,7 +165,73 @@ func httpComparison(cfg config, rig *redisRig, rep *report) error {
 		sec.printf("\n")
 		httpRatios(sec, rep, systems, results, l.mode, li == 0)
 	}
+	if err := equalRate(cfg, systems, sec, rep); err != nil {
+		return err
+	}
+	if err := noneDegraded(rig); err != nil {
+		return err
+	}
 	return exactness(cfg, exactRuns(rig, guber, envoy), sec)
+}
+
+// equalRate compares latencies at one open-loop rate that every system
+// sustains: under wrk's saturating closed loop, a server that answers more
+// requests also queues more of them, which weighs on its percentiles.
+func equalRate(cfg config, systems []httpSystem, sec *section, rep *report) error {
+	results := make([][]sample, len(systems))
+	for round := range cfg.rounds {
+		for i, s := range systems {
+			x, err := openLoop(s.target.url(s.hotPath), s.hotBody, cfg.httpRate, cfg.duration, s.servers...)
+			if err != nil {
+				return fmt.Errorf("%s at %d/s: %w", s.name, cfg.httpRate, err)
+			}
+			results[i] = append(results[i], x)
+			cfg.progress("round %d  equal rate       %-56s %8.0f/s  p50 %6.0f µs  p99 %6.0f µs", round+1, s.name, x.rps, x.p50, x.p99)
+		}
+	}
+	names := make([]string, len(systems))
+	for i, s := range systems {
+		names[i] = s.name
+	}
+	sec.printf("\n### Latency at an equal rate\n\nOne hot key, an open-loop load of %d requests per second for every system (this harness's own generator: requests sent on schedule whether or not earlier ones were answered, each timed from when it was sent), so that each is judged at the same offered load rather than at its own saturation. %d interleaved rounds of %s; median (min–max).\n\n", cfg.httpRate, cfg.rounds, cfg.duration)
+	sec.sampleTable(names, results)
+	sec.printf("\n")
+	index := func(prefix string) int {
+		for i, s := range systems {
+			if strings.HasPrefix(s.name, prefix) {
+				return i
+			}
+		}
+		return -1
+	}
+	mem := index("ratelimiter, memory")
+	for _, peer := range []string{"envoy", "gubernator"} {
+		j := index(peer)
+		if j < 0 {
+			continue
+		}
+		xs := make([]float64, len(results[mem]))
+		for r := range xs {
+			xs[r] = results[mem][r].p99 / results[j][r].p99
+		}
+		v := fmt.Sprintf("memory backend ÷ %s, p99 at %d requests/s: %s (target < 1×: %s)", systems[j].name, cfg.httpRate, stat(xs, "%.2f×"), verdict(median(xs) < 1))
+		sec.printf("- %s\n", v)
+		rep.facts = append(rep.facts, "HTTP, "+v)
+	}
+	return nil
+}
+
+// noneDegraded fails unless every decision of the service on Redis was
+// Redis's.
+func noneDegraded(rig *redisRig) error {
+	n, err := degraded(rig.svcRedis)
+	if err != nil {
+		return err
+	}
+	if n != 0 {
+		return fmt.Errorf("the service on Redis made %d decisions without Redis", n)
+	}
+	return nil
 }
 
 // httpRatios writes the ratios the targets are about, per round.
@@ -215,17 +281,4 @@ func httpRatios(sec *section, rep *report, systems []httpSystem, results [][]sam
 	}
 	xs := ratio(mem, triv, cpu)
 	line("memory backend ÷ trivial handler, server CPU per request", xs, "%.2f×", median(xs) <= 1.5, "≤ 1.5×")
-}
-
-// noneDegraded fails unless every decision of the service on Redis was
-// Redis's.
-func noneDegraded(rig *redisRig) error {
-	n, err := degraded(rig.svcRedis)
-	if err != nil {
-		return err
-	}
-	if n != 0 {
-		return fmt.Errorf("the service on Redis made %d decisions without Redis", n)
-	}
-	return nil
 }

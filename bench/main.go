@@ -36,6 +36,7 @@ type config struct {
 	batchConns   int
 	wrkThreads   int
 	rate         int
+	httpRate     int
 	redisVersion string
 	tools        []string // versions of the tools used, for the report
 	command      string
@@ -76,7 +77,8 @@ func run() error {
 	flag.IntVar(&cfg.conns, "connections", 50, "connections of the closed-loop loads (wrk, redis-benchmark)")
 	flag.IntVar(&cfg.batchConns, "batch-connections", 4, "connections of the closed-loop batch loads")
 	flag.IntVar(&cfg.wrkThreads, "threads", 2, "wrk threads")
-	flag.IntVar(&cfg.rate, "rate", 2000, "requests per second of the fixed-rate latency runs")
+	flag.IntVar(&cfg.rate, "rate", 2000, "requests per second of the fixed-rate Redis latency runs")
+	flag.IntVar(&cfg.httpRate, "http-rate", 5000, "requests per second of the fixed-rate HTTP latency runs against the peers")
 	out := flag.String("out", "../docs/benchmarks.md", "Markdown file to write")
 	root := flag.String("root", "..", "the service's checkout")
 	only := flag.String("only", "", "comma-separated comparisons to run, of: "+names())
@@ -84,7 +86,7 @@ func run() error {
 	flag.Parse()
 	cfg.command = "go -C bench run . " + strings.Join(os.Args[1:], " ")
 	if *smoke {
-		cfg.rounds, cfg.duration, cfg.rate, cfg.smoke = 1, time.Second, 200, true
+		cfg.rounds, cfg.duration, cfg.rate, cfg.httpRate, cfg.smoke = 1, time.Second, 200, 200, true
 	}
 	selected := comparisons
 	if *only != "" {
