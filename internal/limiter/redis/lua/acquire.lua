@@ -34,23 +34,8 @@ end
 
 local function log_acquire(w, key, now, n)
   local l = log_read(key, w, now)
-  local member, last_at, last_total, base, size = l.member, l.at, l.total, l.base, l.size
-  if l.skipped > 0 then
-    if base == last_total then
-      -- Every grant has left the window: start afresh.
-      redis.call('DEL', key)
-      member, base, size = nil, 0, 0
-    else
-      redis.call('ZREMRANGEBYRANK', key, 1, l.skipped)
-      redis.call('ZADD', key, fmt(base), BASE)
-      if size then
-        size = size - l.skipped
-      end
-    end
-  end
-  if not member then
-    last_total = base
-  end
+  local last_at = l.at
+  local member, base, size, last_total = log_forget(key, l)
   local used = last_total - base
   local allowed, exceeds, wa, wn = 0, 0, 0, 0
   if n > w.limit then

@@ -286,3 +286,29 @@ local function log_read(key, w, now)
     batch, i = redis.call('ZRANGE', key, 1 + l.skipped, l.skipped + BATCH, 'WITHSCORES'), 1
   end
 end
+
+-- log_forget drops from the log l (as log_read read it at key) the grants
+-- that have left the window. It returns the log's member, base, size and
+-- last running total afterwards, and whether the log was emptied (its key
+-- deleted).
+local function log_forget(key, l)
+  local member, base, size, last_total = l.member, l.base, l.size, l.total
+  local emptied = false
+  if l.skipped > 0 then
+    if base == last_total then
+      -- Every grant has left the window: start afresh.
+      redis.call('DEL', key)
+      member, base, size, emptied = nil, 0, 0, true
+    else
+      redis.call('ZREMRANGEBYRANK', key, 1, l.skipped)
+      redis.call('ZADD', key, fmt(base), BASE)
+      if size then
+        size = size - l.skipped
+      end
+    end
+  end
+  if not member then
+    last_total = base
+  end
+  return member, base, size, last_total, emptied
+end

@@ -52,29 +52,18 @@ end
 local function tenant_log_acquire(w, key, idx, exp, hex, now, n)
   log_trim(idx, exp, now)
   local l = log_read(key, w, now)
-  local member, last_at, last_total, base, size = l.member, l.at, l.total, l.base, l.size
+  local last_at = l.at
   -- The tenant's index member, named after its newest grant.
   local old
-  if member then
+  if l.member then
     old = log_member(last_at, hex)
   end
-  if l.skipped > 0 then
-    if base == last_total then
-      -- Every grant has left the window: start afresh, out of the index.
-      redis.call('DEL', key)
-      redis.call('ZREM', idx, old)
-      redis.call('ZREM', exp, old)
-      member, base, size, old = nil, 0, 0, nil
-    else
-      redis.call('ZREMRANGEBYRANK', key, 1, l.skipped)
-      redis.call('ZADD', key, fmt(base), BASE)
-      if size then
-        size = size - l.skipped
-      end
-    end
-  end
-  if not member then
-    last_total = base
+  local member, base, size, last_total, emptied = log_forget(key, l)
+  if emptied then
+    -- Every grant has left the window: out of the index too.
+    redis.call('ZREM', idx, old)
+    redis.call('ZREM', exp, old)
+    old = nil
   end
   local used = last_total - base
   local allowed, exceeds, wa, wn = 0, 0, 0, 0
