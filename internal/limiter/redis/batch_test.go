@@ -223,15 +223,16 @@ func testBatchNoScript(t *testing.T, c rueidis.Client) {
 // middle of a batch's pipeline. Later calls go through unchanged.
 type stepClient struct {
 	rueidis.Client
-	before  func(j int)
-	stepped bool
+	before   func(j int)
+	stepped  bool
+	commands int // in the first DoMulti
 }
 
 func (c *stepClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
 	if c.stepped {
 		return c.Client.DoMulti(ctx, multi...)
 	}
-	c.stepped = true
+	c.stepped, c.commands = true, len(multi)
 	replies := make([]rueidis.RedisResult, len(multi))
 	for j, cmd := range multi {
 		c.before(j)
@@ -240,16 +241,17 @@ func (c *stepClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []
 	return replies
 }
 
-// When the script goes away in the middle of a batch, the requests that
-// answered NOSCRIPT run again, in order, unless a later request on the same
-// limiter ran meanwhile (the script came back): that one fails, wrapping
-// ErrUnavailable, and takes nothing.
+// When the script goes away in the middle of a batch, the runs that
+// answered NOSCRIPT run again, in order, unless a later run on the same
+// limiter ran meanwhile (the script came back): that one's requests fail,
+// wrapping ErrUnavailable, and take nothing.
 func testBatchNoScriptMidBatch(t *testing.T, c rueidis.Client) {
 	ctx := context.Background()
 	sc := &stepClient{Client: c}
 	s := newStore(t, sc)
-	put(t, s, "a", limiter.Policy{Limit: 5, Period: time.Hour})
-	put(t, s, "b", limiter.Policy{Limit: 5, Period: time.Hour})
+	const limit = 1000
+	put(t, s, "a", limiter.Policy{Limit: limit, Period: time.Hour})
+	put(t, s, "b", limiter.Policy{Limit: limit, Period: time.Hour})
 	loadScripts(t, c)
 	sc.before = func(j int) {
 		switch j {
@@ -259,40 +261,43 @@ func testBatchNoScriptMidBatch(t *testing.T, c rueidis.Client) {
 			loadScripts(t, c)
 		}
 	}
-	reqs := []limiter.Request{
-		{Name: "a", Permits: 1}, // runs
-		{Name: "b", Permits: 1}, // NOSCRIPT, runs again
-		{Name: "a", Permits: 1}, // NOSCRIPT, but the next one on a runs
-		{Name: "a", Permits: 1}, // runs
-		{Name: "b", Permits: 1}, // NOSCRIPT, runs again
+	// A limiter's requests go in runs of maxGroup, so these make five runs:
+	// a (runs), b (NOSCRIPT, runs again), a (NOSCRIPT, but the next run on
+	// a runs), a (runs), b (NOSCRIPT, runs again).
+	var reqs []limiter.Request
+	var runOf []int
+	for run, r := range []struct {
+		name string
+		n    int
+	}{{"a", maxGroup}, {"b", maxGroup}, {"a", maxGroup}, {"a", 1}, {"b", 1}} {
+		for range r.n {
+			reqs = append(reqs, limiter.Request{Name: r.name, Permits: 1})
+			runOf = append(runOf, run)
+		}
 	}
 	out := make([]limiter.Result, len(reqs))
 	s.AcquireBatch(ctx, reqs, out)
-	if !sc.stepped {
-		t.Fatal("AcquireBatch did not pipeline through DoMulti")
+	if !sc.stepped || sc.commands != 5 {
+		t.Fatalf("AcquireBatch pipelined %d commands through DoMulti (stepped %v), want 5", sc.commands, sc.stepped)
 	}
-	for i, want := range []batchOutcome{
-		{allowed: true, remaining: 4},
-		{allowed: true, remaining: 4},
-		{err: limiter.ErrUnavailable},
-		{allowed: true, remaining: 3},
-		{allowed: true, remaining: 3},
-	} {
+	taken := map[string]int64{}
+	for i, r := range reqs {
 		got := out[i]
-		if want.err != nil {
+		if runOf[i] == 2 {
 			var redisErr *rueidis.RedisError
-			if !errors.Is(got.Err, want.err) || !errors.As(got.Err, &redisErr) || !redisErr.IsNoScript() {
-				t.Errorf("request %d %+v: got %+v, want a NOSCRIPT error wrapping %v", i, reqs[i], got, want.err)
+			if !errors.Is(got.Err, limiter.ErrUnavailable) || !errors.As(got.Err, &redisErr) || !redisErr.IsNoScript() {
+				t.Errorf("request %d %+v: got %+v, want a NOSCRIPT error wrapping %v", i, r, got, limiter.ErrUnavailable)
 			}
 			continue
 		}
-		if got.Err != nil || got.Decision.Allowed != want.allowed || got.Decision.Remaining != want.remaining {
-			t.Errorf("request %d %+v: got %+v, want allowed=%v remaining=%d", i, reqs[i], got, want.allowed, want.remaining)
+		taken[r.Name]++
+		if want := limit - taken[r.Name]; got.Err != nil || !got.Decision.Allowed || got.Decision.Remaining != want {
+			t.Errorf("request %d %+v: got %+v, want allowed with %d remaining", i, r, got, want)
 		}
 	}
 	for _, name := range []string{"a", "b"} {
-		if a, err := s.Available(ctx, name); err != nil || a.Remaining != 3 {
-			t.Errorf("Available(%q) after the batch: got %+v, %v, want 3 remaining", name, a, err)
+		if a, err := s.Available(ctx, name); err != nil || a.Remaining != limit-maxGroup-1 {
+			t.Errorf("Available(%q) after the batch: got %+v, %v, want %d remaining", name, a, err, limit-maxGroup-1)
 		}
 	}
 }

@@ -16,8 +16,16 @@ import (
 // all or nothing, in one atomic script. It is never retried: when the error
 // wraps ErrUnavailable because the connection failed or the deadline passed
 // after the script was sent, the permits may or may not have been taken.
+//
+// Acquisitions from one limiter that arrive while the Store's call for it
+// is in flight wait for that call to return, then go together, in the
+// order they arrived, as one run of the script that decides each of them
+// as if alone (see coalesce).
 func (s *Store) Acquire(ctx context.Context, name string, permits int64) (limiter.Decision, error) {
-	return s.acquire(ctx, name, permits, "")
+	if err := checkPermits(name, permits); err != nil {
+		return limiter.Decision{}, err
+	}
+	return s.coalesce(ctx, name, permits)
 }
 
 // Available reports what the limiter could grant at the Redis server's
@@ -29,15 +37,23 @@ func (s *Store) Available(ctx context.Context, name string) (limiter.Availabilit
 	return s.available(ctx, name, "")
 }
 
-// acquire is Acquire at nowMicros (microseconds since the Unix epoch, in
-// decimal), or at the server's time when nowMicros is empty. Only this
-// package's tests pass an instant.
+// acquire is one Acquire at nowMicros (microseconds since the Unix epoch,
+// in decimal), or at the server's time when nowMicros is empty, sent on its
+// own. Only this package's tests pass an instant.
 func (s *Store) acquire(ctx context.Context, name string, permits int64, nowMicros string) (limiter.Decision, error) {
 	if err := checkPermits(name, permits); err != nil {
 		return limiter.Decision{}, err
 	}
+	var r [1]limiter.Result
+	s.decide(ctx, name, []int64{permits}, nowMicros, r[:])
+	return r[0].Decision, r[0].Err
+}
+
+// decide runs the acquire script once to take permits[0], permits[1], …
+// from the limiter name, in that order, and decides each into out[i].
+func (s *Store) decide(ctx context.Context, name string, permits []int64, nowMicros string, out []limiter.Result) {
 	reply := acquireScript.Exec(ctx, s.client, s.keys(name), acquireArgs(permits, nowMicros))
-	return decision(name, permits, reply)
+	decisions(name, permits, reply, out)
 }
 
 // checkPermits is limiter.CheckPermits with the error Acquire returns for
@@ -49,35 +65,53 @@ func checkPermits(name string, permits int64) error {
 	return nil
 }
 
-// acquireArgs returns the acquire script's arguments: take permits at
-// nowMicros, or at the server's time when nowMicros is empty.
-func acquireArgs(permits int64, nowMicros string) []string {
-	return []string{strconv.FormatInt(permits, 10), nowMicros}
+// acquireArgs returns the acquire script's arguments: take each of permits
+// in turn at nowMicros, or at the server's time when nowMicros is empty.
+func acquireArgs(permits []int64, nowMicros string) []string {
+	args := make([]string, 1, 1+len(permits))
+	args[0] = nowMicros
+	for _, p := range permits {
+		args = append(args, strconv.FormatInt(p, 10))
+	}
+	return args
 }
 
-// decision reads the acquire script's reply to taking permits from name.
-// Acquire and AcquireBatch both read their replies here, so that a batched
-// acquisition decides and fails exactly as the same acquisition alone.
-func decision(name string, permits int64, reply rueidis.RedisResult) (limiter.Decision, error) {
+// decisionFields is the number of fields of one decision in the acquire
+// script's reply.
+const decisionFields = 8
+
+// decisions reads the acquire script's reply to taking permits[i] from
+// name into out[i]. Every acquisition reads its reply here, alone, grouped
+// or in a batch, so that each decides and fails exactly as it would alone.
+// A reply that fails fails every acquisition it was to decide.
+func decisions(name string, permits []int64, reply rueidis.RedisResult, out []limiter.Result) {
+	fail := func(err error) {
+		for i := range permits {
+			out[i] = limiter.Result{Err: err}
+		}
+	}
 	v, err := reply.AsIntSlice()
-	if err != nil {
-		return limiter.Decision{}, unavailable("acquire", name, err)
+	switch {
+	case err != nil:
+		fail(unavailable("acquire", name, err))
+	case len(v) == 1 && v[0] == 0:
+		fail(notFound("acquire", name))
+	case len(v) != 1+decisionFields*len(permits) || v[0] != 1:
+		fail(unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v)))
+	default:
+		for i, p := range permits {
+			f := v[1+decisionFields*i:]
+			out[i] = limiter.Result{Decision: limiter.Decision{
+				Allowed:         f[0] == 1,
+				Permits:         p,
+				Remaining:       f[1],
+				Limit:           f[2],
+				RetryAfter:      duration(f[3], f[4]),
+				ResetAfter:      duration(f[5], f[6]),
+				ExceedsCapacity: f[7] == 1,
+			}}
+		}
 	}
-	if len(v) == 1 && v[0] == 0 {
-		return limiter.Decision{}, notFound("acquire", name)
-	}
-	if len(v) != 9 {
-		return limiter.Decision{}, unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v))
-	}
-	return limiter.Decision{
-		Allowed:         v[1] == 1,
-		Permits:         permits,
-		Remaining:       v[2],
-		Limit:           v[3],
-		RetryAfter:      duration(v[4], v[5]),
-		ResetAfter:      duration(v[6], v[7]),
-		ExceedsCapacity: v[8] == 1,
-	}, nil
 }
 
 // available is Available at nowMicros, like acquire.

@@ -51,5 +51,5 @@ func DefinitionValues(p limiter.Policy) []string {
 // itself can decide per second.
 func AcquireCall(prefix, name string, permits int64) (script string, keys, args []string) {
 	s := &Store{prefix: prefix}
-	return acquireSource, s.keys(name), acquireArgs(permits, "")
+	return acquireSource, s.keys(name), acquireArgs([]int64{permits}, "")
 }

@@ -1,16 +1,23 @@
--- Acquire: takes ARGV[1] permits from the limiter defined in KEYS[1] whose
--- state is KEYS[2], all or nothing, at the server's time (or at ARGV[2]
--- microseconds, in tests).
+-- Acquire: takes, in order, ARGV[2], ARGV[3], … permits from the limiter
+-- defined in KEYS[1] whose state is KEYS[2], each all or nothing and
+-- decided as if alone, one after the other, at the server's time (or at
+-- ARGV[1] microseconds, in tests; empty otherwise).
 --
--- Reply: {0} when the limiter is not defined, otherwise
--- {1, allowed, remaining, limit, retry_us, retry_ns, reset_us, reset_ns,
--- exceeds_capacity}, durations as microseconds plus nanoseconds.
+-- Reply: {0} when the limiter is not defined, otherwise 1 followed by
+-- eight fields per acquisition: allowed, remaining, limit, retry_us,
+-- retry_ns, reset_us, reset_ns, exceeds_capacity, durations as
+-- microseconds plus nanoseconds.
 
-local function gcra_acquire(g, key, now, n)
-  local ba, bb = gcra_backlog(key, now)
+-- gcra_decide decides taking n permits when the TAT lies (ba, bb) after
+-- now, appends the decision's fields to r, and returns the TAT's distance
+-- from now afterwards and whether anything was taken.
+local function gcra_decide(g, r, ba, bb, n)
+  local k = #r
   if n > g.burst then
     local ra, rn = gcra_duration(g, ba, bb)
-    return {1, 0, gcra_remaining(g, ba, bb), g.limit, 0, 0, ra, rn, 1}
+    r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 0, gcra_remaining(g, ba, bb), g.limit, 0
+    r[k + 5], r[k + 6], r[k + 7], r[k + 8] = 0, ra, rn, 1
+    return ba, bb, false
   end
   local ca, cb = gcra_cost(g, n)
   local aa, ab = ba + ca, bb + cb
@@ -24,15 +31,35 @@ local function gcra_acquire(g, key, now, n)
     end
     local wa, wn = gcra_duration(g, xa, xb)
     local ra, rn = gcra_duration(g, ba, bb)
-    return {1, 0, gcra_remaining(g, ba, bb), g.limit, wa, wn, ra, rn, 0}
+    r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 0, gcra_remaining(g, ba, bb), g.limit, wa
+    r[k + 5], r[k + 6], r[k + 7], r[k + 8] = wn, ra, rn, 0
+    return ba, bb, false
   end
   local ra, rn = gcra_duration(g, aa, ab)
-  -- The bucket is full again at the new TAT: the key expires then.
-  redis.call('SET', key, fmt(now + aa) .. ' ' .. fmt(ab), 'PXAT', fmt(expiry_ms(now + ra, rn)))
-  return {1, 1, gcra_remaining(g, aa, ab), g.limit, 0, 0, ra, rn, 0}
+  r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 1, gcra_remaining(g, aa, ab), g.limit, 0
+  r[k + 5], r[k + 6], r[k + 7], r[k + 8] = 0, ra, rn, 0
+  return aa, ab, true
 end
 
-local function log_acquire(w, key, now, n)
+local function gcra_acquire(g, key, now)
+  local ba, bb = gcra_backlog(key, now)
+  local r, taken = {1}, false
+  for i = 2, #ARGV do
+    local took
+    ba, bb, took = gcra_decide(g, r, ba, bb, tonumber(ARGV[i]))
+    taken = taken or took
+  end
+  if taken then
+    -- The bucket is full again at the new TAT: the key expires then.
+    local ra, rn = gcra_duration(g, ba, bb)
+    redis.call('SET', key, fmt(now + ba) .. ' ' .. fmt(bb), 'PXAT', fmt(expiry_ms(now + ra, rn)))
+  end
+  return r
+end
+
+-- log_decide decides taking n permits from the sliding log at key and
+-- appends the decision's fields to r.
+local function log_decide(w, key, now, n, r)
   local l = log_read(key, w, now)
   local last_at = l.at
   local member, base, size, last_total = log_forget(key, l)
@@ -56,16 +83,25 @@ local function log_acquire(w, key, now, n)
   if member then
     ra, rn = log_until(w, last_at, now)
   end
-  return {1, allowed, w.limit - used, w.limit, wa, wn, ra, rn, exceeds}
+  local k = #r
+  r[k + 1], r[k + 2], r[k + 3], r[k + 4] = allowed, w.limit - used, w.limit, wa
+  r[k + 5], r[k + 6], r[k + 7], r[k + 8] = wn, ra, rn, exceeds
+end
+
+local function log_acquire(w, key, now)
+  local r = {1}
+  for i = 2, #ARGV do
+    log_decide(w, key, now, tonumber(ARGV[i]), r)
+  end
+  return r
 end
 
 local d = redis.call('HMGET', KEYS[1], 'algorithm', 'limit', 'burst', 'm', 'pa', 'pb', 'ta', 'tb', 'pw', 'pr', 'pu', 'maxe')
 if not d[1] then
   return {0}
 end
-local n = tonumber(ARGV[1])
-local now = clock(ARGV[2])
+local now = clock(ARGV[1])
 if d[1] == 'gcra' then
-  return gcra_acquire(gcra_def(d), KEYS[2], now, n)
+  return gcra_acquire(gcra_def(d), KEYS[2], now)
 end
-return log_acquire(log_def(d), KEYS[2], now, n)
+return log_acquire(log_def(d), KEYS[2], now)
