@@ -133,6 +133,12 @@ func httpComparison(cfg config, rig *redisRig, rep *report) error {
 	sec.printf("Each request asks for 1 permit of a limit no run reaches, over HTTP/1.1 keep-alive, loaded by %s; the random-key runs spread over %d keys drawn uniformly (this service: per-IP tenants; gubernator: unique keys; envoy: descriptor values; all created on first use). Server CPU and memory include the Redis of the systems that use one. %d interleaved rounds of %s; median (min–max).\n\n",
 		loads[0].wrk[0], randomKeys, cfg.rounds, cfg.duration)
 	sec.printf("Semantics differ, and are compared as they are: this service answers from GCRA (a token bucket, exact); gubernator's token bucket refills all at once at the end of its duration; envoy ratelimit counts a fixed window aligned to the clock, in Redis, and counts denied requests too.\n")
+	rpsChart := sec.chart("http-requests", "HTTP: requests per second, one acquisition each (higher is better)", "requests/s")
+	cpuChart := sec.chart("http-cpu", "HTTP: server CPU per request, with its Redis if any (lower is better)", "server CPU µs/request")
+	names := make([]string, len(systems))
+	for i, s := range systems {
+		names[i] = s.name
+	}
 	for li, l := range loads {
 		results := make([][]sample, len(systems))
 		for round := range cfg.rounds {
@@ -148,10 +154,8 @@ func httpComparison(cfg config, rig *redisRig, rep *report) error {
 		if err := noneDegraded(rig); err != nil {
 			return err
 		}
-		names := make([]string, len(systems))
-		for i, s := range systems {
-			names[i] = s.name
-		}
+		rpsChart.add(l.mode, names, column(results, func(x sample) float64 { return x.rps }))
+		cpuChart.add(l.mode, names, column(results, func(x sample) float64 { return x.serverCPU }))
 		sec.printf("\n### %s\n\n", l.mode)
 		sec.sampleTable(names, results)
 		sec.printf("\n| system | server memory after the run, MiB |\n|---|---|\n")

@@ -173,13 +173,6 @@ func redisThroughput(cfg config, rig *redisRig, rep *report) error {
 		return err
 	}
 	acquire := "/v1/limiters/" + benchLimiter + "/acquire"
-	// A batch's figures are per decision, its latency per request.
-	perDecision := func(x sample, err error) (sample, error) {
-		x.rps *= batchSize
-		x.serverCPU /= batchSize
-		x.loadCPU /= batchSize
-		return x, err
-	}
 	// redis-benchmark runs a number of commands, not a duration: size each
 	// run from a first one so that it lasts about as long as wrk's.
 	sizes := map[int]int{}
@@ -256,6 +249,8 @@ func redisThroughput(cfg config, rig *redisRig, rep *report) error {
 	for i, s := range systems {
 		names[i] = s.name
 	}
+	sec.chart("redis-decisions", "Redis backend: decisions per second against redis-benchmark (higher is better)", "decisions/s").
+		add("decisions/s", names, column(results, func(x sample) float64 { return x.rps }))
 	sec.sampleTable(names, results)
 	sec.printf("\nThrough the service on Redis, decisions per second ÷ redis-benchmark's -P 16, per round: **%s with batches of %d** (target ≥ 60%%: %s); %s with one acquisition per request (%s of -P 1).\n",
 		pct(batchRatio), batchSize, verdict(median(batchRatio) >= 0.6), pct(ratio), pct(ratioP1))

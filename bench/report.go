@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -20,8 +21,15 @@ type report struct {
 }
 
 type section struct {
-	title string
-	body  strings.Builder
+	title  string
+	body   strings.Builder
+	charts []placedChart
+}
+
+// placedChart is a chart and where in its section's body its image goes.
+type placedChart struct {
+	c  *chart
+	at int
 }
 
 func (r *report) section(title string) *section {
@@ -31,6 +39,15 @@ func (r *report) section(title string) *section {
 }
 
 func (s *section) printf(format string, args ...any) { fmt.Fprintf(&s.body, format, args...) }
+
+// chart places, at this point of the section, the image of a chart the
+// caller fills in afterwards; report.write renders it next to the Markdown,
+// as <report name>-<name>.png.
+func (s *section) chart(name, title, axis string) *chart {
+	c := &chart{name: name, title: title, axis: axis}
+	s.charts = append(s.charts, placedChart{c: c, at: s.body.Len()})
+	return c
+}
 
 // sampleTable writes one row per system: its samples' medians with min–max.
 // A figure a tool does not report (redis-benchmark's p99.9) is a dash.
@@ -59,7 +76,8 @@ func (s *section) sampleTable(names []string, results [][]sample) {
 	}
 }
 
-// write renders the report into path.
+// write renders the report into path, and its charts into PNG files next to
+// it. It fails if a chart has no data or its file came out empty.
 func (r *report) write(path string, cfg config, started time.Time) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\n")
@@ -75,8 +93,34 @@ func (r *report) write(path string, cfg config, started time.Time) error {
 			fmt.Fprintf(&b, "- %s\n", f)
 		}
 	}
+	stem := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	for _, s := range r.sections {
-		fmt.Fprintf(&b, "\n## %s\n\n%s", s.title, s.body.String())
+		fmt.Fprintf(&b, "\n## %s\n\n", s.title)
+		body, last := s.body.String(), 0
+		for _, pc := range s.charts {
+			file := stem + "-" + pc.c.name + ".png"
+			png := filepath.Join(filepath.Dir(path), file)
+			if err := pc.c.save(png); err != nil {
+				return fmt.Errorf("chart %s: %w", png, err)
+			}
+			if fi, err := os.Stat(png); err != nil {
+				return fmt.Errorf("chart %s: %w", png, err)
+			} else if fi.Size() == 0 {
+				return fmt.Errorf("chart %s is empty", png)
+			}
+			// The image is a paragraph of its own.
+			if last < pc.at {
+				if text := strings.TrimRight(body[last:pc.at], "\n"); text != "" {
+					b.WriteString(text + "\n\n")
+				}
+				last = pc.at
+			}
+			fmt.Fprintf(&b, "![%s](%s)\n\n", pc.c.title, file)
+			for last < len(body) && body[last] == '\n' {
+				last++
+			}
+		}
+		b.WriteString(body[last:])
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

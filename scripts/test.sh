@@ -68,6 +68,7 @@ step "benchmark harness smoke run (bench/: one short round of each comparison)"
 for tool in wrk redis-server redis-benchmark; do
   command -v "$tool" >/dev/null || fail "$tool is not on PATH: the benchmark harness needs it (Debian: apt-get install wrk redis-server redis-tools)"
 done
+go -C bench test -race -count=1 ./...
 go -C bench run . -smoke
 
 step "Helm chart: lint, render, schema validation, properties (deploy/helm/test)"

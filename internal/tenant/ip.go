@@ -123,6 +123,23 @@ func prefixMask(bits int) uint64 { return ^uint64(0) << (64 - bits) }
 
 // formatKey returns the tenant string of key k; bits is the IPv6 prefix
 // length the key was made with.
+// tenantName is formatKey(k, bits) for the key parsed from ip: ip itself
+// when it is already written that way, as IPv4 addresses usually are,
+// which spares the hot path an allocation.
+func tenantName(ip string, k uint64, bits int) string {
+	if k&^uint64(0xffff_ffff) == v4Tag {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], uint32(k))
+		var buf [len("255.255.255.255")]byte
+		name := netip.AddrFrom4(b).AppendTo(buf[:0])
+		if string(name) == ip {
+			return ip
+		}
+		return string(name)
+	}
+	return formatKey(k, bits)
+}
+
 func formatKey(k uint64, bits int) string {
 	if k&^uint64(0xffff_ffff) == v4Tag {
 		var b [4]byte

@@ -158,3 +158,24 @@ func FuzzParseIP(f *testing.F) {
 		}
 	})
 }
+
+func TestTenantName(t *testing.T) {
+	for _, tc := range []struct{ ip, want string }{
+		{"192.0.2.7", "192.0.2.7"},
+		{"::ffff:192.0.2.7", "192.0.2.7"},
+		{"2001:db8::1", "2001:db8::/64"},
+	} {
+		k, err := parseKey(tc.ip, DefaultIPv6Prefix)
+		if err != nil {
+			t.Fatalf("parseKey(%q): %v", tc.ip, err)
+		}
+		if got := tenantName(tc.ip, k, DefaultIPv6Prefix); got != tc.want || got != formatKey(k, DefaultIPv6Prefix) {
+			t.Errorf("tenantName(%q): got %q, want %q, as formatKey gives", tc.ip, got, tc.want)
+		}
+	}
+	ip := "198.51.100.1"
+	k, _ := parseKey(ip, DefaultIPv6Prefix)
+	if n := testing.AllocsPerRun(100, func() { _ = tenantName(ip, k, DefaultIPv6Prefix) }); n != 0 {
+		t.Errorf("tenantName of an address written as its name: %v allocations, want 0", n)
+	}
+}

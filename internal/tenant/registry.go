@@ -129,7 +129,7 @@ func (r *Registry) Acquire(ctx context.Context, ip string, permits int64) (d Dec
 		return Decision{}, fmt.Errorf("tenant: acquire %s: %w", quoteIP(ip), err)
 	}
 	ld, full := r.store.acquire(k, limiter.Nanos(r.now()), permits)
-	return Decision{Tenant: formatKey(k, r.bits), Decision: ld, RegistryFull: full}, nil
+	return Decision{Tenant: tenantName(ip, k, r.bits), Decision: ld, RegistryFull: full}, nil
 }
 
 // Available reports what the tenant that address ip counts as could take
@@ -151,7 +151,7 @@ func (r *Registry) Available(ctx context.Context, ip string) (a Availability, er
 		return Availability{}, fmt.Errorf("tenant: available %s: %w", quoteIP(ip), err)
 	}
 	av := r.store.available(k, limiter.Nanos(r.now()))
-	return Availability{Tenant: formatKey(k, r.bits), Availability: av}, nil
+	return Availability{Tenant: tenantName(ip, k, r.bits), Availability: av}, nil
 }
 
 // Lowest returns up to k tenants (1 <= k <= MaxLowest, otherwise the error
