@@ -117,6 +117,29 @@ func randPermits(rng *rand.Rand, capacity int64) int64 {
 
 func us(now int64) string { return strconv.FormatInt(now, 10) }
 
+// groupPermits is the permits of one script run: usually one acquisition,
+// as Acquire sends alone; sometimes up to 6, as a group of concurrent
+// acquisitions or a batch's run is sent, decided at one instant.
+func groupPermits(rng *rand.Rand, capacity int64) []int64 {
+	ks := make([]int64, 1, 6)
+	ks[0] = randPermits(rng, capacity)
+	if rng.IntN(3) == 0 {
+		for range 1 + rng.IntN(5) {
+			ks = append(ks, randPermits(rng, capacity))
+		}
+	}
+	return ks
+}
+
+// decideGroup takes each of ks from the limiter name, in order, in one run
+// of the acquire script at now microseconds.
+func decideGroup(t *testing.T, s *Store, name string, ks []int64, now int64) []limiter.Result {
+	t.Helper()
+	out := make([]limiter.Result, len(ks))
+	s.decide(context.Background(), name, ks, us(now), out)
+	return out
+}
+
 func testGCRAMatchesGo(t *testing.T, c rueidis.Client) {
 	ctx := context.Background()
 	s := newStore(t, c)
@@ -141,19 +164,20 @@ func testGCRAMatchesGo(t *testing.T, c rueidis.Client) {
 				}
 				n.availables++
 			} else {
-				k := randPermits(rng, p.Burst)
-				got, err := s.acquire(ctx, name, k, us(now))
-				var want limiter.Decision
-				tat, want = r.Acquire(tat, now*1000, k)
-				if err != nil || got != want {
-					t.Fatalf("%s: Acquire(%d): got %+v, %v, Go gives %+v", where, k, got, err, want)
-				}
-				n.acquires++
-				if !got.Allowed && !got.ExceedsCapacity {
-					retry = got.RetryAfter
+				ks := groupPermits(rng, p.Burst)
+				for i, got := range decideGroup(t, s, name, ks, now) {
+					var want limiter.Decision
+					tat, want = r.Acquire(tat, now*1000, ks[i])
+					if got.Err != nil || got.Decision != want {
+						t.Fatalf("%s: Acquire(%d), %d of the group %v: got %+v, Go gives %+v", where, ks[i], i, ks, got, want)
+					}
+					n.acquires++
+					if !want.Allowed && !want.ExceedsCapacity {
+						retry = want.RetryAfter
+					}
 				}
 				if st := gcraState(t, c, s, name, p); st != tat {
-					t.Fatalf("%s: after Acquire(%d): stored TAT %+v, Go's %+v", where, k, st, tat)
+					t.Fatalf("%s: after Acquire%v: stored TAT %+v, Go's %+v", where, ks, st, tat)
 				}
 				n.states++
 			}
@@ -234,20 +258,22 @@ func runLog(t *testing.T, c rueidis.Client, name string, p limiter.Policy, rng *
 			}
 			n.availables++
 		} else {
-			k := randPermits(rng, p.Limit)
+			ks := groupPermits(rng, p.Limit)
 			if rng.IntN(3) == 0 {
-				k = 1 + rng.Int64N(min(p.Limit, 3)) // many small grants: many entries
+				ks = []int64{1 + rng.Int64N(min(p.Limit, 3))} // many small grants: many entries
 			}
-			got, err := s.acquire(ctx, name, k, us(now))
-			if want := log.Acquire(w, now*1000, k); err != nil || got != want {
-				t.Fatalf("%s: Acquire(%d): got %+v, %v, Go gives %+v", where, k, got, err, want)
-			}
-			n.acquires++
-			if !got.Allowed && !got.ExceedsCapacity {
-				retry = got.RetryAfter
+			for i, got := range decideGroup(t, s, name, ks, now) {
+				want := log.Acquire(w, now*1000, ks[i])
+				if got.Err != nil || got.Decision != want {
+					t.Fatalf("%s: Acquire(%d), %d of the group %v: got %+v, Go gives %+v", where, ks[i], i, ks, got, want)
+				}
+				n.acquires++
+				if !want.Allowed && !want.ExceedsCapacity {
+					retry = want.RetryAfter
+				}
 			}
 			if entries := logEntries(t, c, s, name); entries != log.Len() {
-				t.Fatalf("%s: after Acquire(%d): %d entries stored, Go holds %d", where, k, entries, log.Len())
+				t.Fatalf("%s: after Acquire%v: %d entries stored, Go holds %d", where, ks, entries, log.Len())
 			}
 			n.states++
 		}

@@ -9,15 +9,17 @@
 -- microseconds plus nanoseconds.
 
 -- gcra_decide decides taking n permits when the TAT lies (ba, bb) after
--- now, appends the decision's fields to r, and returns the TAT's distance
--- from now afterwards and whether anything was taken.
-local function gcra_decide(g, r, ba, bb, n)
+-- now, with rem permits left then, and appends the decision's fields to r.
+-- It returns the TAT's distance from now and the permits left afterwards,
+-- and whether anything was taken. A grant adds exactly n periods to the
+-- backlog, so it leaves exactly rem - n permits: no division needed.
+local function gcra_decide(g, r, ba, bb, rem, n)
   local k = #r
   if n > g.burst then
     local ra, rn = gcra_duration(g, ba, bb)
-    r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 0, gcra_remaining(g, ba, bb), g.limit, 0
+    r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 0, rem, g.limit, 0
     r[k + 5], r[k + 6], r[k + 7], r[k + 8] = 0, ra, rn, 1
-    return ba, bb, false
+    return ba, bb, rem, false
   end
   local ca, cb = gcra_cost(g, n)
   local aa, ab = ba + ca, bb + cb
@@ -31,22 +33,23 @@ local function gcra_decide(g, r, ba, bb, n)
     end
     local wa, wn = gcra_duration(g, xa, xb)
     local ra, rn = gcra_duration(g, ba, bb)
-    r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 0, gcra_remaining(g, ba, bb), g.limit, wa
+    r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 0, rem, g.limit, wa
     r[k + 5], r[k + 6], r[k + 7], r[k + 8] = wn, ra, rn, 0
-    return ba, bb, false
+    return ba, bb, rem, false
   end
   local ra, rn = gcra_duration(g, aa, ab)
-  r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 1, gcra_remaining(g, aa, ab), g.limit, 0
+  r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 1, rem - n, g.limit, 0
   r[k + 5], r[k + 6], r[k + 7], r[k + 8] = 0, ra, rn, 0
-  return aa, ab, true
+  return aa, ab, rem - n, true
 end
 
 local function gcra_acquire(g, key, now)
   local ba, bb = gcra_backlog(key, now)
+  local rem = gcra_remaining(g, ba, bb)
   local r, taken = {1}, false
   for i = 2, #ARGV do
     local took
-    ba, bb, took = gcra_decide(g, r, ba, bb, tonumber(ARGV[i]))
+    ba, bb, rem, took = gcra_decide(g, r, ba, bb, rem, tonumber(ARGV[i]))
     taken = taken or took
   end
   if taken then

@@ -97,6 +97,9 @@ end
 
 -- gcra_cost is n emission intervals, n*period units.
 local function gcra_cost(g, n)
+  if n == 1 then
+    return g.pa, g.pb
+  end
   local q, r = muldivmod(n, g.pb, g.m)
   return n * g.pa + q, r
 end
