@@ -79,13 +79,12 @@ func checkAcquisitions(data []byte) ([]limiter.Request, *problem) {
 	reqs := make([]limiter.Request, 0, 16)
 	var p *problem
 	elements(data, func(value []byte) bool {
-		at := where + "." + strconv.Itoa(len(reqs))
 		if len(reqs) == limiter.MaxBatch {
 			p = invalid(where, fmt.Sprintf("must have at most %d items", limiter.MaxBatch))
 			return false
 		}
 		var r limiter.Request
-		r, p = checkAcquisition(value, at)
+		r, p = checkAcquisition(value, len(reqs))
 		reqs = append(reqs, r)
 		return p == nil
 	})
@@ -95,15 +94,18 @@ func checkAcquisitions(data []byte) ([]limiter.Request, *problem) {
 	return reqs, p
 }
 
-// checkAcquisition reads one acquisition, found at where.
-func checkAcquisition(data []byte, where string) (limiter.Request, *problem) {
+// checkAcquisition reads the acquisition at index i of the body's list.
+func checkAcquisition(data []byte, i int) (limiter.Request, *problem) {
+	// where is the place of the acquisition's field in the body, for a
+	// problem: it is only built for one.
+	where := func(field string) string { return "body.acquisitions." + strconv.Itoa(i) + field }
 	r := limiter.Request{Permits: 1}
 	switch data[0] {
 	case 'n':
-		return r, invalid(where, "must not be null")
+		return r, invalid(where(""), "must not be null")
 	case '{':
 	default:
-		return r, invalid(where, "must be an object")
+		return r, invalid(where(""), "must be an object")
 	}
 	var (
 		p                   *problem
@@ -114,35 +116,35 @@ func checkAcquisition(data []byte, where string) (limiter.Request, *problem) {
 		case "limiter":
 			switch {
 			case hasName:
-				p = invalid(where+".limiter", "appears more than once")
+				p = invalid(where(".limiter"), "appears more than once")
 			case value[0] == 'n':
-				p = invalid(where+".limiter", "must not be null")
+				p = invalid(where(".limiter"), "must not be null")
 			case value[0] != '"':
-				p = invalid(where+".limiter", "must be a string")
+				p = invalid(where(".limiter"), "must be a string")
 			default:
 				hasName = true
 				r.Name = jsonString(value)
 				if msg := checkName(r.Name); msg != "" {
-					p = invalid(where+".limiter", msg)
+					p = invalid(where(".limiter"), msg)
 				}
 			}
 		case "permits":
 			if hasPermits {
-				p = invalid(where+".permits", "appears more than once")
+				p = invalid(where(".permits"), "appears more than once")
 				break
 			}
 			hasPermits = true
 			var msg string
 			if r.Permits, msg = checkPermits(value); msg != "" {
-				p = invalid(where+".permits", msg)
+				p = invalid(where(".permits"), msg)
 			}
 		default:
-			p = invalid(where+"."+string(key), "is not a known field")
+			p = invalid(where("."+string(key)), "is not a known field")
 		}
 		return p == nil
 	})
 	if p == nil && !hasName {
-		p = invalid(where+".limiter", "is required")
+		p = invalid(where(".limiter"), "is required")
 	}
 	return r, p
 }

@@ -52,25 +52,37 @@ func (s *Service) AcquireBatch(ctx context.Context, reqs []Request) (out []Resul
 	span.SetAttributes(attribute.Int("ratelimiter.batch_size", len(reqs)))
 	out = make([]Result, len(reqs))
 	// The store sees only the valid requests, in order; index maps them
-	// back to reqs.
-	valid := make([]Request, 0, len(reqs))
-	index := make([]int, 0, len(reqs))
+	// back to reqs. Usually every one is valid, and the store decides reqs
+	// into out as they are.
+	valid, results, index := reqs, out, []int(nil)
 	for i, r := range reqs {
 		err := CheckName(r.Name)
 		if err == nil {
 			err = CheckPermits(r.Permits)
 		}
-		if err != nil {
-			out[i].Err = fmt.Errorf("limiter: acquire %q: %w", truncate(r.Name, MaxNameLen+1), err)
+		if err == nil {
+			if index != nil {
+				valid = append(valid, r)
+				index = append(index, i)
+			}
 			continue
 		}
-		valid = append(valid, r)
-		index = append(index, i)
+		if index == nil {
+			// The first invalid request: the valid ones so far are reqs[:i].
+			valid = append(make([]Request, 0, len(reqs)), reqs[:i]...)
+			index = make([]int, i, len(reqs))
+			for j := range index {
+				index[j] = j
+			}
+		}
+		out[i].Err = fmt.Errorf("limiter: acquire %q: %w", truncate(r.Name, MaxNameLen+1), err)
 	}
 	if len(valid) == 0 {
 		return out, nil
 	}
-	results := make([]Result, len(valid))
+	if index != nil {
+		results = make([]Result, len(valid))
+	}
 	sctx, cancel := s.bound(ctx)
 	if bs, ok := s.store.(BatchStore); ok {
 		bs.AcquireBatch(sctx, valid, results)

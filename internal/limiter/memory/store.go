@@ -11,7 +11,7 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
-var _ limiter.Store = (*Store)(nil)
+var _ limiter.BatchStore = (*Store)(nil)
 
 // Store keeps named limiters in process memory. It is safe for concurrent
 // use: acquisitions on different limiters proceed in parallel.
@@ -100,6 +100,31 @@ func (s *Store) Acquire(_ context.Context, name string, permits int64) (limiter.
 		return limiter.Decision{}, err
 	}
 	return l.Acquire(s.now(), permits)
+}
+
+// AcquireBatch decides each reqs[i] into out[i] as Acquire would, all at
+// one reading of the clock: the batch's requests are simultaneous, as
+// concurrent ones are. Requests on one limiter are decided in the order
+// given.
+func (s *Store) AcquireBatch(_ context.Context, reqs []limiter.Request, out []limiter.Result) {
+	now := s.now()
+	var (
+		name string
+		l    *limiter.Limiter
+		err  error
+	)
+	for i, r := range reqs {
+		// Batches often repeat a limiter: look each run of one up once.
+		if l == nil && err == nil || r.Name != name {
+			name = r.Name
+			l, err = s.lookup(name)
+		}
+		if err != nil {
+			out[i] = limiter.Result{Err: err}
+			continue
+		}
+		out[i].Decision, out[i].Err = l.Acquire(now, r.Permits)
+	}
 }
 
 // Available reports what a limiter could grant now.

@@ -13,3 +13,14 @@ import (
 func TestStoreSuite(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) limiter.Store { return memory.New(nil) })
 }
+
+// storeOnly hides the store's AcquireBatch, so that a Service decides a
+// batch one Acquire at a time, as it does over any Store that is not a
+// BatchStore.
+type storeOnly struct{ limiter.Store }
+
+// TestStoreSuiteWithoutBatch runs the suite with batches decided one
+// acquisition at a time by the Service.
+func TestStoreSuiteWithoutBatch(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) limiter.Store { return storeOnly{memory.New(nil)} })
+}
