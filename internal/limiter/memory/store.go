@@ -115,7 +115,7 @@ func (s *Store) AcquireBatch(_ context.Context, reqs []limiter.Request, out []li
 	)
 	for i, r := range reqs {
 		// Batches often repeat a limiter: look each run of one up once.
-		if l == nil && err == nil || r.Name != name {
+		if i == 0 || r.Name != name {
 			name = r.Name
 			l, err = s.lookup(name)
 		}

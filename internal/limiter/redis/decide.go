@@ -100,16 +100,7 @@ func decisions(name string, permits []int64, reply rueidis.RedisResult, out []li
 		fail(unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v)))
 	default:
 		for i, p := range permits {
-			f := v[1+decisionFields*i:]
-			out[i] = limiter.Result{Decision: limiter.Decision{
-				Allowed:         f[0] == 1,
-				Permits:         p,
-				Remaining:       f[1],
-				Limit:           f[2],
-				RetryAfter:      duration(f[3], f[4]),
-				ResetAfter:      duration(f[5], f[6]),
-				ExceedsCapacity: f[7] == 1,
-			}}
+			out[i] = limiter.Result{Decision: DecisionOf(v[1+decisionFields*i:], p)}
 		}
 	}
 }

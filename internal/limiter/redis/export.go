@@ -53,3 +53,19 @@ func AcquireCall(prefix, name string, permits int64) (script string, keys, args 
 	s := &Store{prefix: prefix}
 	return acquireSource, s.keys(name), acquireArgs([]int64{permits}, "")
 }
+
+// DecisionOf reads the decision to take permits as the scripts reply with
+// it: the first eight integers of f are allowed, remaining, limit,
+// retry_us, retry_ns, reset_us, reset_ns and exceeds_capacity (durations
+// as microseconds plus nanoseconds).
+func DecisionOf(f []int64, permits int64) limiter.Decision {
+	return limiter.Decision{
+		Allowed:         f[0] == 1,
+		Permits:         permits,
+		Remaining:       f[1],
+		Limit:           f[2],
+		RetryAfter:      duration(f[3], f[4]),
+		ResetAfter:      duration(f[5], f[6]),
+		ExceedsCapacity: f[7] == 1,
+	}
+}

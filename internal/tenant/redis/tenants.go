@@ -219,15 +219,7 @@ func (ts *Tenants) acquire(ctx context.Context, ip string, permits int64, nowMic
 	if len(v) != 8 {
 		return tenant.Decision{}, unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v))
 	}
-	return tenant.Decision{Tenant: name, Decision: limiter.Decision{
-		Allowed:         v[0] == 1,
-		Permits:         permits,
-		Remaining:       v[1],
-		Limit:           v[2],
-		RetryAfter:      duration(v[3], v[4]),
-		ResetAfter:      duration(v[5], v[6]),
-		ExceedsCapacity: v[7] == 1,
-	}}, nil
+	return tenant.Decision{Tenant: name, Decision: limiterredis.DecisionOf(v, permits)}, nil
 }
 
 // available is Available at nowMicros, like acquire.
