@@ -88,12 +88,6 @@ func (s *Store) AcquireBatch(ctx context.Context, reqs []limiter.Request, out []
 	}
 }
 
-// maxGroup is the most acquisitions one run of the acquire script decides.
-// Redis runs nothing else while a script runs, and each acquisition takes
-// it a few microseconds, so this bounds the pause at well under a
-// millisecond.
-const maxGroup = 64
-
 // run is a batch's requests on one limiter that one script call decides.
 type run struct {
 	name    string

@@ -16,8 +16,16 @@ import (
 // all or nothing, in one atomic script. It is never retried: when the error
 // wraps ErrUnavailable because the connection failed or the deadline passed
 // after the script was sent, the permits may or may not have been taken.
+//
+// Acquisitions from one limiter that arrive while the Store's call for it
+// is in flight wait for that call to return, then go together, in the
+// order they arrived, as one run of the script that decides each of them
+// as if alone (see coalesce).
 func (s *Store) Acquire(ctx context.Context, name string, permits int64) (limiter.Decision, error) {
-	return s.acquire(ctx, name, permits, "")
+	if err := checkPermits(name, permits); err != nil {
+		return limiter.Decision{}, err
+	}
+	return s.coalesce(ctx, name, permits)
 }
 
 // Available reports what the limiter could grant at the Redis server's
@@ -29,9 +37,9 @@ func (s *Store) Available(ctx context.Context, name string) (limiter.Availabilit
 	return s.available(ctx, name, "")
 }
 
-// acquire is Acquire at nowMicros (microseconds since the Unix epoch, in
-// decimal), or at the server's time when nowMicros is empty. Only this
-// package's tests pass an instant.
+// acquire is one Acquire at nowMicros (microseconds since the Unix epoch,
+// in decimal), or at the server's time when nowMicros is empty, sent on its
+// own. Only this package's tests pass an instant.
 func (s *Store) acquire(ctx context.Context, name string, permits int64, nowMicros string) (limiter.Decision, error) {
 	if err := checkPermits(name, permits); err != nil {
 		return limiter.Decision{}, err
@@ -73,8 +81,8 @@ func acquireArgs(permits []int64, nowMicros string) []string {
 const decisionFields = 8
 
 // decisions reads the acquire script's reply to taking permits[i] from
-// name into out[i]. Every acquisition reads its reply here, alone or in a
-// batch's run, so that each decides and fails exactly as it would alone.
+// name into out[i]. Every acquisition reads its reply here, alone, grouped
+// or in a batch, so that each decides and fails exactly as it would alone.
 // A reply that fails fails every acquisition it was to decide.
 func decisions(name string, permits []int64, reply rueidis.RedisResult, out []limiter.Result) {
 	fail := func(err error) {

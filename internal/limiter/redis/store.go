@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/rueidis"
 
@@ -48,6 +49,9 @@ type Store struct {
 	client rueidis.Client
 	prefix string
 	names  string
+
+	mu      sync.Mutex
+	flights map[string]*flight // limiters with an Acquire call in flight; see coalesce
 }
 
 // New returns a Store over client whose keys all start with prefix (which
@@ -60,7 +64,7 @@ func New(client rueidis.Client, prefix string) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("redis: key prefix %q must not contain '{' or '}'", prefix)
 	}
-	return &Store{client: client, prefix: prefix, names: prefix + "names"}, nil
+	return &Store{client: client, prefix: prefix, names: prefix + "names", flights: make(map[string]*flight)}, nil
 }
 
 func (s *Store) defKey(name string) string   { return s.prefix + "{" + name + "}:def" }
