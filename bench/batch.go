@@ -61,7 +61,8 @@ func batchComparison(cfg config, rig *redisRig, rep *report) error {
 			cfg.progress("round %d  %-56s %9.0f decisions/s  p99 %6.0f µs  server CPU %5.2f µs/decision", round+1, s.name, x.rps, x.p99, x.serverCPU)
 		}
 	}
-	if err := noneDegraded(rig); err != nil {
+	degradedNote, err := rig.degradedSince()
+	if err != nil {
 		return err
 	}
 	names := make([]string, len(systems))
@@ -86,6 +87,7 @@ func batchComparison(cfg config, rig *redisRig, rep *report) error {
 			rep.facts = append(rep.facts, "Batches, "+v)
 		}
 	}
+	sec.printf("\n%s\n", degradedNote)
 	return nil
 }
 
