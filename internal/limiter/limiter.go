@@ -110,10 +110,11 @@ func (p Policy) Validate() error {
 }
 
 // Decision is the answer to an acquisition.
+//
+// Its three flags come last, side by side, so that it takes six words
+// rather than seven: a Decision is copied by value on every acquisition,
+// and a shorter copy is measurably faster (see BenchmarkSingleKey).
 type Decision struct {
-	// Allowed reports whether all Permits were granted. When false, nothing
-	// was recorded.
-	Allowed bool
 	// Permits is the number of permits asked for.
 	Permits int64
 	// Remaining is the number of permits that could be acquired right after
@@ -128,6 +129,9 @@ type Decision struct {
 	// ResetAfter is how long until the limiter is full again if nobody
 	// acquires meanwhile.
 	ResetAfter time.Duration
+	// Allowed reports whether all Permits were granted. When false, nothing
+	// was recorded.
+	Allowed bool
 	// ExceedsCapacity reports a denial that no amount of waiting can turn
 	// into a grant: Permits exceeds what the limiter can ever hold (Burst
 	// for GCRA, Limit for SlidingLog).
