@@ -16,11 +16,13 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -34,6 +36,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -124,7 +127,7 @@ func TestInstall(t *testing.T) {
 	if len(objects) == 0 {
 		t.Fatal("helm get manifest listed no objects")
 	}
-	checkExist(t, c, objects)
+	checkStored(t, c, objects)
 
 	dep, err := kube.AppsV1().Deployments(installNamespace).Get(ctx, installRelease+"-ratelimiter", metav1.GetOptions{})
 	if err != nil {
@@ -193,7 +196,7 @@ func TestInstall(t *testing.T) {
 		t.Errorf("helm history has no completed upgrade:\n%s", history)
 	}
 	objects = manifest()
-	checkExist(t, c, objects)
+	checkStored(t, c, objects)
 
 	// Uninstall removes every object the release made.
 	helmRun("uninstall", installRelease, "--namespace", installNamespace, "--wait", "--timeout", "60s")
@@ -213,7 +216,7 @@ func TestInstall(t *testing.T) {
 		"--set", "networkPolicy.enabled=true",
 		"--set", "networkPolicy.egress.enabled=true")
 	redisObjects := manifestOf(redisRelease)
-	checkExist(t, c, redisObjects)
+	checkStored(t, c, redisObjects)
 	dep, err = kube.AppsV1().Deployments(installNamespace).Get(ctx, redisRelease+"-ratelimiter", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get redis deployment: %v", err)
@@ -336,7 +339,9 @@ func manifestObjects(t *testing.T, manifest string) []*unstructured.Unstructured
 			continue
 		}
 		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+		// The split took the newline before "---": give it back, or a
+		// block scalar ending the document would lose its last newline.
+		if err := yaml.Unmarshal([]byte(doc+"\n"), &m); err != nil {
 			t.Fatalf("parse manifest document: %v\n%s", err, doc)
 		}
 		if len(m) == 0 {
@@ -368,7 +373,11 @@ func resource(t *testing.T, c *cluster, obj *unstructured.Unstructured) dynamic.
 	return client
 }
 
-func checkExist(t *testing.T, c *cluster, objs []*unstructured.Unstructured) {
+// checkStored fails t unless every object of a release's manifest is in
+// the API server as rendered: each field the chart set has the value it
+// set, once the server has defaulted the ones it left out and put its own
+// beside them (see storedAs).
+func checkStored(t *testing.T, c *cluster, objs []*unstructured.Unstructured) {
 	t.Helper()
 	for _, obj := range objs {
 		got, err := resource(t, c, obj).Get(t.Context(), obj.GetName(), metav1.GetOptions{})
@@ -376,9 +385,100 @@ func checkExist(t *testing.T, c *cluster, objs []*unstructured.Unstructured) {
 			t.Errorf("%s %s: %v", obj.GetKind(), obj.GetName(), err)
 			continue
 		}
-		t.Logf("in the API server: %-24s %s/%s (uid %s, resourceVersion %s)",
-			got.GetKind(), got.GetNamespace(), got.GetName(), got.GetUID(), got.GetResourceVersion())
+		want := obj.Object
+		if data, ok := want["stringData"].(map[string]any); ok {
+			want = storedSecret(want, data)
+		}
+		diffs := storedAs(obj.GetKind(), want, got.Object)
+		for _, d := range diffs {
+			t.Errorf("%s %s: %s", obj.GetKind(), obj.GetName(), d)
+		}
+		t.Logf("in the API server: %-24s %s/%s (uid %s, resourceVersion %s): %d fields as rendered, %d differ",
+			got.GetKind(), got.GetNamespace(), got.GetName(), got.GetUID(), got.GetResourceVersion(), countLeaves(want), len(diffs))
 	}
+}
+
+// storedAs lists where got, an object as the API server returns it, differs
+// from want, the object as rendered. Maps compare key by key over want's
+// keys only, lists element by element and of equal length, and scalars by
+// value; quantities compare by amount, since the server writes them in
+// canonical form ("0.5" is stored as "500m"). A null in want is a field
+// the chart leaves out.
+func storedAs(path string, want, got any) []string {
+	switch w := want.(type) {
+	case nil:
+		return nil
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return []string{fmt.Sprintf("%s: got %v, want an object", path, got)}
+		}
+		var diffs []string
+		for k, v := range w {
+			diffs = append(diffs, storedAs(path+"."+k, v, g[k])...)
+		}
+		return diffs
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return []string{fmt.Sprintf("%s: got %v, want %d elements", path, got, len(w))}
+		}
+		var diffs []string
+		for i := range w {
+			diffs = append(diffs, storedAs(fmt.Sprintf("%s[%d]", path, i), w[i], g[i])...)
+		}
+		return diffs
+	}
+	ws, gs := fmt.Sprint(want), fmt.Sprint(got)
+	if got != nil && ws == gs {
+		return nil
+	}
+	if got == nil && (ws == "0" || ws == "false" || ws == "") {
+		return nil // the server leaves out a field at its zero value
+	}
+	wq, werr := apiresource.ParseQuantity(ws)
+	gq, gerr := apiresource.ParseQuantity(gs)
+	if got != nil && werr == nil && gerr == nil && wq.Cmp(gq) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s: got %#v, want %#v", path, got, want)}
+}
+
+// storedSecret is a rendered Secret as the API server stores it: its
+// stringData merged into data, base64-encoded.
+func storedSecret(obj, stringData map[string]any) map[string]any {
+	out := maps.Clone(obj)
+	delete(out, "stringData")
+	data := map[string]any{}
+	if d, ok := obj["data"].(map[string]any); ok {
+		maps.Copy(data, d)
+	}
+	for k, v := range stringData {
+		data[k] = base64.StdEncoding.EncodeToString([]byte(fmt.Sprint(v)))
+	}
+	out["data"] = data
+	return out
+}
+
+// countLeaves is how many scalar fields v holds.
+func countLeaves(v any) int {
+	switch v := v.(type) {
+	case map[string]any:
+		n := 0
+		for _, x := range v {
+			n += countLeaves(x)
+		}
+		return n
+	case []any:
+		n := 0
+		for _, x := range v {
+			n += countLeaves(x)
+		}
+		return n
+	case nil:
+		return 0
+	}
+	return 1
 }
 
 func checkGone(t *testing.T, c *cluster, objs []*unstructured.Unstructured) {
