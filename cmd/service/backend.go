@@ -94,7 +94,10 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 		tenants = &swapTenants{policy: cfg.Tenants.Policy, bits: cfg.Tenants.IPv6Prefix}
 		up      atomic.Bool
 	)
-	cctx, cancel := context.WithCancel(ctx)
+	// Not ended by ctx, run's signal: the server keeps serving through its
+	// shutdown delay and drain after the signal, and its decisions need
+	// Redis until then. run's close ends it once the server has stopped.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	b := &backend{
 		limiters: limiter.NewServiceWith(store, svcOpts),

@@ -258,3 +258,35 @@ func serviceConns(t *testing.T, addr string) int {
 	}
 	return n
 }
+
+// A replica told to stop keeps deciding from Redis through its shutdown
+// delay: load balancers still send it requests until they see it unready,
+// and a degraded denial then would be a wrong answer.
+func TestRedisServesThroughShutdownDelay(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	env := map[string]string{"RATELIMITER_BACKEND": "redis", "RATELIMITER_REDIS_ADDRS": srv.Addr, "RATELIMITER_SHUTDOWN_DELAY": "1s"}
+	base, _, done, cancel := start(t, []string{"--listen", "127.0.0.1:0"}, env)
+	c, err := client.NewClientWithResponses(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, http.StatusOK)
+	if res, err := c.PutLimiterWithResponse(t.Context(), "upstream", client.LimiterSpec{Limit: 100, Period: "1h"}); err != nil || res.StatusCode() != http.StatusCreated {
+		t.Fatalf("put: %v %v", res, err)
+	}
+	acquire(t, c, "upstream", 1)
+
+	cancel()
+	waitReady(t, c, http.StatusServiceUnavailable)
+	if d := acquire(t, c, "upstream", 1); !d.Allowed || d.Degraded != nil {
+		t.Errorf("acquire during the shutdown delay: got %+v, want a grant from Redis", d)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+}
