@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -24,13 +25,40 @@ const shutdownDelay = 2 * time.Second
 
 // TestGracefulShutdown stops the container during a burst of requests: the
 // server reports itself unready at once, keeps answering for the shutdown
-// delay, never answers 5xx to an acquisition, and exits with status 0.
+// delay, never answers 5xx to an acquisition, and exits with status 0. On
+// Redis, whose state outlives the replica, a second replica then counts the
+// permits taken: exactly one per acquisition answered, so that a request
+// that failed as the server stopped took nothing and may safely be retried.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
-	svc := startService(t, map[string]string{"RATELIMITER_SHUTDOWN_DELAY": shutdownDelay.String()})
+	env := map[string]string{"RATELIMITER_SHUTDOWN_DELAY": shutdownDelay.String()}
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		gracefulShutdown(t, startService(t, env), nil)
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		// A generous Redis timeout: the suite's other tests share the
+		// cores, and a degraded denial would be a wrong answer here.
+		env := maps.Clone(env)
+		env["RATELIMITER_REDIS_TIMEOUT"] = "2s"
+		_, replicas := sharedRedis(t, 2, env)
+		gracefulShutdown(t, replicas[0], replicas[1])
+	})
+}
+
+// gracefulShutdown runs TestGracefulShutdown's burst against svc and stops
+// it; counter, when not nil, shares svc's state and counts the permits
+// taken once svc has stopped.
+func gracefulShutdown(t *testing.T, svc, counter *service) {
 	ctx := t.Context()
 	const name = "shutdown-burst"
-	put(t, svc.api, name, client.LimiterSpec{Limit: 1_000_000_000, Period: "1h"})
+	// A sliding log over an hour: nothing taken comes back during the
+	// test, so what is available afterwards tells exactly how much was
+	// taken.
+	const limit = 1_000_000
+	algorithm := client.AlgorithmSlidingLog
+	put(t, svc.api, name, client.LimiterSpec{Limit: limit, Period: "1h", Algorithm: &algorithm})
 
 	var (
 		done      = make(chan struct{}) // closed once the container has exited
@@ -155,6 +183,11 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	t.Logf("%d acquisitions answered (%d while unready), %d refused or cut; exited %v after SIGTERM",
 		len(answered), afterUnready, refused, stoppedAt.Sub(stopAt).Round(time.Millisecond))
+	if counter != nil {
+		if taken := limit - available(t, counter.api, name); taken != int64(len(answered)) {
+			t.Errorf("permits taken: got %d, want %d, one per acquisition answered (%d failed as the server stopped)", taken, len(answered), refused)
+		}
+	}
 
 	t.Run("logs", func(t *testing.T) {
 		_, stderr, err := svc.logs(ctx)
