@@ -281,12 +281,5 @@ func TestRedisServesThroughShutdownDelay(t *testing.T) {
 	if d := acquire(t, c, "upstream", 1); !d.Allowed || d.Degraded != nil {
 		t.Errorf("acquire during the shutdown delay: got %+v, want a grant from Redis", d)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return after cancellation")
-	}
+	waitRun(t, done)
 }

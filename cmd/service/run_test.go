@@ -129,6 +129,20 @@ func start(t *testing.T, args []string, env map[string]string) (base string, std
 	return "", nil, nil, nil
 }
 
+// waitRun waits up to 30 seconds for run, started by start and told to
+// stop, to return, and fails t unless it returned nil.
+func waitRun(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return within 30s of being told to stop")
+	}
+}
+
 func TestRunServesAndShutsDown(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
@@ -201,14 +215,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if !sawNotReady {
 		t.Errorf("/readyz never answered 503 during the shutdown delay")
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return after cancellation")
-	}
+	waitRun(t, done)
 
 	msgs := strings.Join(stderr.messages(), "|")
 	for _, want := range []string{"starting", "listening", "shutting down", "stopped"} {
@@ -339,12 +346,5 @@ func TestShutdownLetsInFlightRequestsFinish(t *testing.T) {
 	if a.err != nil || a.status != http.StatusOK || !a.allowed {
 		t.Errorf("in-flight acquire: got status %d, allowed %v, error %v; want 200 and allowed", a.status, a.allowed, a.err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return after the in-flight request finished")
-	}
+	waitRun(t, done)
 }
