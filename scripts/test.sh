@@ -29,6 +29,24 @@ modules=(. e2e bench deploy/helm/test tools/etcd tools/kube-apiserver)
 skipped=()
 step() { printf '\n==> %s\n' "$*"; }
 fail() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
+# counted runs go test -v with the given arguments and prints each
+# package's result and how many tests and subtests passed, skipped and
+# failed; on a failure it prints the whole output.
+counted() {
+  local log
+  log=$(mktemp)
+  if ! go "$@" -v >"$log" 2>&1; then
+    cat "$log"
+    rm -f "$log"
+    fail "go $*"
+  fi
+  grep -E '^(ok|FAIL|\?) ' "$log" || true
+  printf 'tests and subtests: %d passed, %d skipped, %d failed\n' \
+    "$(grep -cE '^ *--- PASS' "$log" || true)" \
+    "$(grep -cE '^ *--- SKIP' "$log" || true)" \
+    "$(grep -cE '^ *--- FAIL' "$log" || true)"
+  rm -f "$log"
+}
 
 command -v go >/dev/null || fail "go is not on PATH (Go $(sed -n 's/^go //p' go.mod) or newer is required)"
 git rev-parse --git-dir >/dev/null 2>&1 || fail "not a git checkout: cannot check formatting and generated code"
@@ -72,7 +90,7 @@ go -C bench test -race -count=1 ./...
 go -C bench run . -smoke
 
 step "Helm chart: lint, render, schema validation, properties (deploy/helm/test)"
-go -C deploy/helm/test test -race -count=1 ./...
+counted -C deploy/helm/test test -race -count=1 ./...
 
 step "Helm chart installed into a real kube-apiserver"
 ./scripts/helm-install-test.sh
@@ -82,7 +100,7 @@ if docker info >/dev/null 2>&1; then
   export TESTCONTAINERS_HOST_OVERRIDE=localhost TESTCONTAINERS_RYUK_DISABLED=true
   RATELIMITER_E2E_GO_IMAGE=$(./scripts/images.sh toolchain)
   export RATELIMITER_E2E_GO_IMAGE
-  go -C e2e test -race -count=1 ./...
+  counted -C e2e test -race -count=1 ./...
   docker images ratelimiter
 elif [ "${CI:-}" = true ]; then
   fail "Docker is not available (docker info failed), and CI=true: the end-to-end suite must run in CI"
