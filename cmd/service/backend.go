@@ -227,24 +227,36 @@ func declare(ctx context.Context, limiters *limiter.Service, cfg config.Config, 
 }
 
 // watch pings Redis every healthInterval until ctx is done, keeping up
-// current and logging each change.
+// current and logging each change. Redis is down after two pings in a row
+// went unanswered, so that one slow answer under load does not make the
+// replica unready, and up again after one answered.
+//
+// A ping waits no longer than a decision: when the connection is down, the
+// ping may be the call that dials Redis again, and the client makes
+// decisions arriving meanwhile wait for that dial, whatever their own
+// deadline; a longer ping would hold them past the Redis timeout.
 func watch(ctx context.Context, client rueidis.Client, up *atomic.Bool, c config.Redis, logger *slog.Logger) {
-	// A ping is allowed more time than a decision: one slow answer under
-	// load should not make the replica unready.
-	timeout := max(c.Timeout, 500*time.Millisecond)
 	ticker := time.NewTicker(healthInterval)
 	defer ticker.Stop()
+	failed := 0 // pings unanswered in a row
 	for {
-		pctx, cancel := context.WithTimeout(ctx, timeout)
+		pctx, cancel := context.WithTimeout(ctx, c.Timeout)
 		err := client.Do(pctx, client.B().Ping().Build()).Error()
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		switch was := up.Swap(err == nil); {
+		if err != nil {
+			failed++
+		} else {
+			failed = 0
+		}
+		switch was := up.Load(); {
 		case err == nil && !was:
+			up.Store(true)
 			logger.Info("Redis answers", "addrs", c.Addrs)
-		case err != nil && was:
+		case failed >= 2 && was:
+			up.Store(false)
 			logger.Warn("Redis does not answer", "addrs", c.Addrs, "failure_mode", c.FailureMode, "error", err)
 		}
 		select {
