@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/rueidis"
 
@@ -76,10 +75,6 @@ func acquireArgs(permits []int64, nowMicros string) []string {
 	return args
 }
 
-// decisionFields is the number of fields of one decision in the acquire
-// script's reply.
-const decisionFields = 8
-
 // decisions reads the acquire script's reply to taking permits[i] from
 // name into out[i]. Every acquisition reads its reply here, alone, grouped
 // or in a batch, so that each decides and fails exactly as it would alone.
@@ -96,11 +91,11 @@ func decisions(name string, permits []int64, reply rueidis.RedisResult, out []li
 		fail(unavailable("acquire", name, err))
 	case len(v) == 1 && v[0] == 0:
 		fail(notFound("acquire", name))
-	case len(v) != 1+decisionFields*len(permits) || v[0] != 1:
+	case len(v) != 1+DecisionFields*len(permits) || v[0] != 1:
 		fail(unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v)))
 	default:
 		for i, p := range permits {
-			out[i] = limiter.Result{Decision: DecisionOf(v[1+decisionFields*i:], p)}
+			out[i] = limiter.Result{Decision: DecisionOf(v[1+DecisionFields*i:], p)}
 		}
 	}
 }
@@ -117,12 +112,5 @@ func (s *Store) available(ctx context.Context, name, nowMicros string) (limiter.
 	if len(v) != 5 {
 		return limiter.Availability{}, unavailable("available", name, fmt.Errorf("unexpected reply %v", v))
 	}
-	return limiter.Availability{Remaining: v[1], Limit: v[2], ResetAfter: duration(v[3], v[4])}, nil
-}
-
-// duration is us microseconds plus ns nanoseconds, as the scripts report
-// spans: whole nanoseconds of a span may exceed 2^53, beyond what a Lua
-// number holds exactly.
-func duration(us, ns int64) time.Duration {
-	return time.Duration(us)*time.Microsecond + time.Duration(ns)
+	return limiter.Availability{Remaining: v[1], Limit: v[2], ResetAfter: Duration(v[3], v[4])}, nil
 }

@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"time"
+
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
@@ -64,8 +66,19 @@ func DecisionOf(f []int64, permits int64) limiter.Decision {
 		Permits:         permits,
 		Remaining:       f[1],
 		Limit:           f[2],
-		RetryAfter:      duration(f[3], f[4]),
-		ResetAfter:      duration(f[5], f[6]),
+		RetryAfter:      Duration(f[3], f[4]),
+		ResetAfter:      Duration(f[5], f[6]),
 		ExceedsCapacity: f[7] == 1,
 	}
+}
+
+// DecisionFields is the number of fields of one decision in the acquire
+// script's reply.
+const DecisionFields = 8
+
+// Duration is us microseconds plus ns nanoseconds, as the scripts report
+// spans: whole nanoseconds of a span may exceed 2^53, beyond what a Lua
+// number holds exactly.
+func Duration(us, ns int64) time.Duration {
+	return time.Duration(us)*time.Microsecond + time.Duration(ns)
 }

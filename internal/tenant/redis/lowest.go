@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	limiterredis "github.com/ratelimiter/ratelimiter/internal/limiter/redis"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
 
@@ -191,7 +192,7 @@ func (ts *Tenants) parseLowest(vals []rueidis.RedisMessage) (done bool, now int6
 			}
 			// a permits held, the log empty b µs plus ns after now.
 			c.remaining = ts.policy.Limit - a
-			c.resetAt = now*1000 + int64(duration(b, ns))
+			c.resetAt = now*1000 + int64(limiterredis.Duration(b, ns))
 		}
 		cs = append(cs, c)
 	}

@@ -72,7 +72,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/rueidis"
 
@@ -216,7 +215,7 @@ func (ts *Tenants) acquire(ctx context.Context, ip string, permits int64, nowMic
 	if err != nil {
 		return tenant.Decision{}, unavailable("acquire", name, err)
 	}
-	if len(v) != 8 {
+	if len(v) != limiterredis.DecisionFields {
 		return tenant.Decision{}, unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v))
 	}
 	return tenant.Decision{Tenant: name, Decision: limiterredis.DecisionOf(v, permits)}, nil
@@ -237,7 +236,7 @@ func (ts *Tenants) available(ctx context.Context, ip, nowMicros string) (tenant.
 		return tenant.Availability{}, unavailable("available", name, fmt.Errorf("unexpected reply %v", v))
 	}
 	return tenant.Availability{Tenant: name, Availability: limiter.Availability{
-		Remaining: v[0], Limit: v[1], ResetAfter: duration(v[2], v[3]),
+		Remaining: v[0], Limit: v[1], ResetAfter: limiterredis.Duration(v[2], v[3]),
 	}}, nil
 }
 
@@ -250,12 +249,6 @@ func (ts *Tenants) args(own ...string) []string {
 // unavailable wraps a failure to reach or use Redis.
 func unavailable(op, name string, err error) error {
 	return fmt.Errorf("redis: tenant %s %s: %w: %w", op, name, limiter.ErrUnavailable, err)
-}
-
-// duration is us microseconds plus ns nanoseconds, as the scripts report
-// spans.
-func duration(us, ns int64) time.Duration {
-	return time.Duration(us)*time.Microsecond + time.Duration(ns)
 }
 
 // maxIPLen bounds the input echoed back in an error.
