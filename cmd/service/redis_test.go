@@ -19,7 +19,9 @@ import (
 // client of it once it reports ready.
 func replica(t *testing.T, addr string, env map[string]string) *client.ClientWithResponses {
 	t.Helper()
-	all := map[string]string{"RATELIMITER_BACKEND": "redis", "RATELIMITER_REDIS_ADDRS": addr}
+	// A generous Redis timeout unless env sets one: a loaded test machine
+	// must not turn decisions degraded where a test does not ask for it.
+	all := map[string]string{"RATELIMITER_BACKEND": "redis", "RATELIMITER_REDIS_ADDRS": addr, "RATELIMITER_REDIS_TIMEOUT": "2s"}
 	for k, v := range env {
 		all[k] = v
 	}
@@ -264,7 +266,7 @@ func serviceConns(t *testing.T, addr string) int {
 // and a degraded denial then would be a wrong answer.
 func TestRedisServesThroughShutdownDelay(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	env := map[string]string{"RATELIMITER_BACKEND": "redis", "RATELIMITER_REDIS_ADDRS": srv.Addr, "RATELIMITER_SHUTDOWN_DELAY": "1s"}
+	env := map[string]string{"RATELIMITER_BACKEND": "redis", "RATELIMITER_REDIS_ADDRS": srv.Addr, "RATELIMITER_SHUTDOWN_DELAY": "1s", "RATELIMITER_REDIS_TIMEOUT": "2s"}
 	base, _, done, cancel := start(t, []string{"--listen", "127.0.0.1:0"}, env)
 	c, err := client.NewClientWithResponses(base)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -14,19 +15,20 @@ import (
 // already refused a body with any invalid acquisition, so that a batch is
 // decided whole or not at all; the checks here only keep the domain's word.
 func (s *server) AcquireBatch(ctx context.Context, req gen.AcquireBatchRequestObject) (gen.AcquireBatchResponseObject, error) {
-	reqs, checked := batchOf(ctx)
+	bt, checked := batchOf(ctx)
 	if !checked { // validated by kin-openapi, not by validateFast
 		if req.Body == nil {
 			return nil, invalid("body", "is required")
 		}
-		reqs = make([]limiter.Request, len(req.Body.Acquisitions))
+		bt = &batch{reqs: make([]limiter.Request, len(req.Body.Acquisitions))}
 		for i, it := range req.Body.Acquisitions {
-			reqs[i] = limiter.Request{Name: it.Limiter, Permits: 1}
+			bt.reqs[i] = limiter.Request{Name: it.Limiter, Permits: 1}
 			if it.Permits != nil {
-				reqs[i].Permits = *it.Permits
+				bt.reqs[i].Permits = *it.Permits
 			}
 		}
 	}
+	reqs := bt.reqs
 	var errs []gen.FieldError
 	for i := range reqs {
 		if err := limiter.CheckName(reqs[i].Name); err != nil {
@@ -39,11 +41,15 @@ func (s *server) AcquireBatch(ctx context.Context, req gen.AcquireBatchRequestOb
 	if errs != nil {
 		return nil, invalidAll(errs)
 	}
-	out, err := s.limiters.AcquireBatch(ctx, reqs)
-	if err != nil {
+	bt.results = slices.Grow(bt.results[:0], len(reqs))[:len(reqs)]
+	out := bt.results
+	if err := s.limiters.AcquireBatch(ctx, reqs, out); err != nil {
 		return nil, err
 	}
 	a := &batchAnswer{reqs: reqs, results: out}
+	if checked {
+		a.pooled = bt
+	}
 	for i, r := range out {
 		if r.Err != nil {
 			if a.problems == nil {

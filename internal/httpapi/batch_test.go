@@ -5,6 +5,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -126,6 +128,66 @@ func TestAcquireBatchOfMaxSize(t *testing.T) {
 	}
 }
 
+// Batches reuse their slices from one request to the next: concurrent
+// batches of different sizes and limiters, some failing on an unknown
+// limiter, each get exactly their own results, and every permit is counted
+// once.
+func TestConcurrentBatchesKeepTheirOwnResults(t *testing.T) {
+	e := newEnv(t, nil)
+	const workers, rounds = 8, 25
+	for w := range workers {
+		e.put(fmt.Sprintf("w%d", w), client.LimiterSpec{Limit: 1_000_000, Period: "1h"})
+	}
+	var wg sync.WaitGroup
+	taken := make([]int64, workers)
+	for w := range workers {
+		wg.Go(func() {
+			name := fmt.Sprintf("w%d", w)
+			for r := range rounds {
+				// Sizes from 1 to 400, so that a reused batch is sometimes
+				// larger and sometimes smaller than the one before.
+				n := 1 + (w*131+r*37)%400
+				items := make([]client.BatchAcquisition, n)
+				for i := range items {
+					items[i] = client.BatchAcquisition{Limiter: name, Permits: ptr(int64(1 + i%3))}
+				}
+				items[n/2].Limiter = "missing-" + name
+				res, err := e.c.AcquireBatchWithResponse(ctx, client.BatchAcquireRequest{Acquisitions: items})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.JSON200 == nil || len(res.JSON200.Results) != n {
+					t.Errorf("%s round %d: got %s, want 200 with %d results", name, r, res.Status(), n)
+					return
+				}
+				for i, got := range res.JSON200.Results {
+					switch {
+					case got.Limiter != items[i].Limiter:
+						t.Errorf("%s round %d, result %d: limiter %q, want %q", name, r, i, got.Limiter, items[i].Limiter)
+					case i == n/2:
+						if got.Status != http.StatusNotFound || got.Decision != nil {
+							t.Errorf("%s round %d, result %d: %+v, want 404 alone", name, r, i, got)
+						}
+					case got.Status != http.StatusOK || got.Problem != nil || got.Decision == nil:
+						t.Errorf("%s round %d, result %d: %+v, want a decision alone", name, r, i, got)
+					case !got.Decision.Allowed || got.Decision.Permits != *items[i].Permits:
+						t.Errorf("%s round %d, result %d: %+v, want a grant of %d", name, r, i, *got.Decision, *items[i].Permits)
+					default:
+						taken[w] += got.Decision.Permits
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for w := range workers {
+		if got := 1_000_000 - e.available(fmt.Sprintf("w%d", w)); got != taken[w] {
+			t.Errorf("w%d: %d permits taken, answers granted %d", w, got, taken[w])
+		}
+	}
+}
+
 // The hand-written batch answer is byte for byte what the generated code
 // writes.
 func TestBatchAnswerMatchesGenerated(t *testing.T) {
@@ -162,6 +224,12 @@ func TestBatchAnswerMatchesGenerated(t *testing.T) {
 		if err := (gen.AcquireBatch200JSONResponse{Results: generated}).VisitAcquireBatchResponse(want); err != nil {
 			t.Fatal(err)
 		}
+		// The hand-written answer also says its length, so that it is not
+		// sent chunked.
+		if cl := got.Header().Get("Content-Length"); cl != strconv.Itoa(got.Body.Len()) {
+			t.Errorf("%d results: Content-Length %q for a body of %d bytes", n, cl, got.Body.Len())
+		}
+		got.Header().Del("Content-Length")
 		same(t, fmt.Sprintf("%d results", n), got, want)
 	}
 }

@@ -31,12 +31,11 @@ func (f fakeLimiters) Delete(context.Context, string) error { return nil }
 func (f fakeLimiters) Acquire(_ context.Context, name string, permits int64) (limiter.Decision, error) {
 	return f.acquire(name, permits)
 }
-func (f fakeLimiters) AcquireBatch(_ context.Context, reqs []limiter.Request) ([]limiter.Result, error) {
-	out := make([]limiter.Result, len(reqs))
+func (f fakeLimiters) AcquireBatch(_ context.Context, reqs []limiter.Request, out []limiter.Result) error {
 	for i, r := range reqs {
 		out[i].Decision, out[i].Err = f.acquire(r.Name, r.Permits)
 	}
-	return out, nil
+	return nil
 }
 func (f fakeLimiters) Available(context.Context, string) (limiter.Availability, error) {
 	return limiter.Availability{}, nil

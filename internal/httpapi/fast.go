@@ -34,15 +34,17 @@ func validateFast(op *operation, r *http.Request, b *body) (*http.Request, *prob
 		if b == nil {
 			return r, invalid("body", "is required")
 		}
-		reqs, p := checkBatch(b.buf)
-		if p != nil {
+		bt := batches.Get().(*batch)
+		var p *problem
+		if bt.reqs, p = checkBatch(b.buf, bt.reqs); p != nil {
+			bt.release()
 			return r, p
 		}
 		// The generated handler binds an empty body and finds the
 		// acquisitions in its context.
 		clear(b.value)
 		r.Body = checkedBody{b}
-		return withBatch(r, reqs), nil
+		return withBatch(r, bt), nil
 	}
 	if b == nil {
 		return r, nil

@@ -54,7 +54,7 @@ type Limiters interface {
 	Acquire(ctx context.Context, name string, permits int64) (limiter.Decision, error)
 	// AcquireBatch decides acquisitions each on its own, in order; see
 	// limiter.Service.AcquireBatch.
-	AcquireBatch(ctx context.Context, reqs []limiter.Request) ([]limiter.Result, error)
+	AcquireBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) error
 	Available(ctx context.Context, name string) (limiter.Availability, error)
 }
 

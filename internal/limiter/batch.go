@@ -37,20 +37,25 @@ type BatchStore interface {
 }
 
 // AcquireBatch decides up to MaxBatch independent acquisitions, each all or
-// nothing, and returns their results in order. An invalid request fails on
-// its own result and reaches no store; the others are decided. Requests on
-// one limiter are decided in the order given. Results the store could not
-// give are decided by the FailureMode, as Acquire decides them. The error
-// is for the batch as a whole: it wraps ErrInvalidBatch when reqs is empty
-// or longer than MaxBatch.
-func (s *Service) AcquireBatch(ctx context.Context, reqs []Request) (out []Result, err error) {
+// nothing, into out: out[i] is the result of reqs[i], and out must be as
+// long as reqs. The caller owns out, so that a server can reuse it from one
+// batch to the next. An invalid request fails on its own result and
+// reaches no store; the others are decided. Requests on one limiter are
+// decided in the order given. Results the store could not give are decided
+// by the FailureMode, as Acquire decides them. The error is for the batch
+// as a whole, and leaves out unset: it wraps ErrInvalidBatch when reqs is
+// empty or longer than MaxBatch.
+func (s *Service) AcquireBatch(ctx context.Context, reqs []Request, out []Result) (err error) {
 	ctx, span := s.start(ctx, "limiter.AcquireBatch", "")
 	defer func() { end(span, err) }()
 	if len(reqs) == 0 || len(reqs) > MaxBatch {
-		return nil, fmt.Errorf("limiter: acquire batch: %w: %d acquisitions, want 1 to %d", ErrInvalidBatch, len(reqs), MaxBatch)
+		return fmt.Errorf("limiter: acquire batch: %w: %d acquisitions, want 1 to %d", ErrInvalidBatch, len(reqs), MaxBatch)
+	}
+	if len(out) != len(reqs) {
+		return fmt.Errorf("limiter: acquire batch: %d results for %d acquisitions", len(out), len(reqs))
 	}
 	span.SetAttributes(attribute.Int("ratelimiter.batch_size", len(reqs)))
-	out = make([]Result, len(reqs))
+	clear(out)
 	// The store sees only the valid requests, in order; index maps them
 	// back to reqs. Usually every one is valid, and the store decides reqs
 	// into out as they are.
@@ -78,7 +83,7 @@ func (s *Service) AcquireBatch(ctx context.Context, reqs []Request) (out []Resul
 		out[i].Err = fmt.Errorf("limiter: acquire %q: %w", truncate(r.Name, MaxNameLen+1), err)
 	}
 	if len(valid) == 0 {
-		return out, nil
+		return nil
 	}
 	if index != nil {
 		results = make([]Result, len(valid))
@@ -111,5 +116,5 @@ func (s *Service) AcquireBatch(ctx context.Context, reqs []Request) (out []Resul
 	for j, i := range index {
 		out[i] = results[j]
 	}
-	return out, nil
+	return nil
 }

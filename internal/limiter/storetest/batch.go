@@ -28,12 +28,14 @@ func testBatch(t *testing.T, s limiter.Store) {
 				{Name: a, Permits: 0}, // invalid
 				{Name: a, Permits: 6}, // more than it can ever hold
 			}
-			out, err := svc.AcquireBatch(ctx(t), reqs)
-			if err != nil {
-				t.Fatalf("AcquireBatch: %v", err)
+			// out starts dirty, as a reused slice would: every result is
+			// overwritten.
+			out := make([]limiter.Result, len(reqs))
+			for i := range out {
+				out[i] = limiter.Result{Decision: limiter.Decision{Allowed: true, Remaining: 99}, Err: errors.New("stale")}
 			}
-			if len(out) != len(reqs) {
-				t.Fatalf("got %d results for %d acquisitions", len(out), len(reqs))
+			if err := svc.AcquireBatch(ctx(t), reqs, out); err != nil {
+				t.Fatalf("AcquireBatch: %v", err)
 			}
 			for i, want := range []struct {
 				allowed   bool
@@ -63,10 +65,18 @@ func testBatch(t *testing.T, s limiter.Store) {
 	}
 	t.Run("Size", func(t *testing.T) {
 		for _, n := range []int{0, limiter.MaxBatch + 1} {
-			if _, err := svc.AcquireBatch(ctx(t), make([]limiter.Request, n)); !errors.Is(err, limiter.ErrInvalidBatch) {
+			if err := svc.AcquireBatch(ctx(t), make([]limiter.Request, n), make([]limiter.Result, n)); !errors.Is(err, limiter.ErrInvalidBatch) {
 				t.Errorf("AcquireBatch of %d: got %v, want ErrInvalidBatch", n, err)
 			}
 		}
+	})
+	t.Run("ResultsLength", func(t *testing.T) {
+		put(t, s, "batch-short", limiter.Policy{Limit: 5, Period: hour})
+		reqs := []limiter.Request{{Name: "batch-short", Permits: 1}, {Name: "batch-short", Permits: 1}}
+		if err := svc.AcquireBatch(ctx(t), reqs, make([]limiter.Result, 1)); err == nil {
+			t.Error("AcquireBatch with 1 result for 2 acquisitions: got no error")
+		}
+		wantRemaining(t, s, "batch-short", 5)
 	})
 }
 
@@ -87,7 +97,8 @@ func testConcurrentBatches(t *testing.T, s limiter.Store) {
 	)
 	for range batches {
 		wg.Go(func() {
-			out, err := svc.AcquireBatch(ctx(t), reqs)
+			out := make([]limiter.Result, len(reqs))
+			err := svc.AcquireBatch(ctx(t), reqs, out)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
