@@ -46,10 +46,7 @@ func (s *server) AcquireBatch(ctx context.Context, req gen.AcquireBatchRequestOb
 	if err := s.limiters.AcquireBatch(ctx, reqs, out); err != nil {
 		return nil, err
 	}
-	a := &batchAnswer{reqs: reqs, results: out}
-	if checked {
-		a.pooled = bt
-	}
+	a := &batchAnswer{batch: bt, pooled: checked}
 	for i, r := range out {
 		if r.Err != nil {
 			if a.problems == nil {

@@ -218,7 +218,7 @@ func TestBatchAnswerMatchesGenerated(t *testing.T) {
 			generated[i].Decision = &d
 		}
 		got, want := httptest.NewRecorder(), httptest.NewRecorder()
-		if err := (&batchAnswer{reqs: reqs[:n], results: results[:n], problems: problems}).VisitAcquireBatchResponse(got); err != nil {
+		if err := (&batchAnswer{batch: &batch{reqs: reqs[:n], results: results[:n]}, problems: problems}).VisitAcquireBatchResponse(got); err != nil {
 			t.Fatal(err)
 		}
 		if err := (gen.AcquireBatch200JSONResponse{Results: generated}).VisitAcquireBatchResponse(want); err != nil {

@@ -199,20 +199,19 @@ func jsonString(v []byte) string {
 const maxPooledAnswer = 64 << 10
 
 // batchAnswer is the 200 answer of acquireBatch: results[i] answers
-// reqs[i], with problems[i] when it failed. Writing it releases pooled,
-// the batch reqs and results belong to, if any.
+// reqs[i], with problems[i] when it failed. Writing it releases the batch
+// when pooled, when it came from batches.
 type batchAnswer struct {
-	reqs     []limiter.Request
-	results  []limiter.Result
+	*batch
 	problems map[int]*gen.Problem
-	pooled   *batch
+	pooled   bool
 }
 
 var _ gen.AcquireBatchResponseObject = (*batchAnswer)(nil)
 
 func (a *batchAnswer) VisitAcquireBatchResponse(w http.ResponseWriter) error {
-	if a.pooled != nil {
-		defer a.pooled.release()
+	if a.pooled {
+		defer a.release()
 	}
 	buf := buffers.Get().(*[]byte)
 	defer buffers.Put(buf)
