@@ -81,7 +81,7 @@ func (s *section) sampleTable(names []string, results [][]sample) {
 func (r *report) write(path string, cfg config, started time.Time) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\n")
-	fmt.Fprintf(&b, "Written by `%s` on %s, in %s. Every figure below comes from that one run on one machine, with the systems compared measured in interleaved rounds (A B A B …) so that the machine's noise falls on all of them alike; each is a median with its min–max over the rounds. All traffic is on loopback, and the load generators share the machine's cores with the servers: their own CPU is reported.\n\n",
+	fmt.Fprintf(&b, "Written by `%s`, a run started %s that took %s. Every figure below comes from that one run on one machine, with the systems compared measured in interleaved rounds (A B A B …) so that the machine's noise falls on all of them alike; each is a median with its min–max over the rounds. All traffic is on loopback, and the load generators share the machine's cores with the servers: their own CPU is reported.\n\n",
 		cfg.command, started.UTC().Format("2006-01-02 15:04 MST"), time.Since(started).Round(time.Second))
 	fmt.Fprintf(&b, "## Machine\n\n")
 	for _, line := range machine(cfg) {
