@@ -199,8 +199,8 @@ func jsonString(v []byte) string {
 const maxPooledAnswer = 64 << 10
 
 // batchAnswer is the 200 answer of acquireBatch: results[i] answers
-// reqs[i], with problems[i] when it failed. Writing it releases the batch
-// when pooled, when it came from batches.
+// reqs[i], with problems[i] when it failed. Writing it returns the batch to
+// batches when pooled is set, that is when the batch came from there.
 type batchAnswer struct {
 	*batch
 	problems map[int]*gen.Problem
