@@ -157,7 +157,7 @@ type Burst = int64
 //
 // Example: {"allowed":true,"exceeds_capacity":false,"limit":9,"permits":5,"remaining":4,"reset_after_ms":33334}
 type Decision struct {
-	// Allowed Whether all the permits were granted. When false, nothing was recorded.
+	// Allowed Whether all the permits were granted. When false, nothing was recorded, unless the decision is `degraded`.
 	//
 	// Example: true
 	Allowed bool `json:"allowed"`
@@ -165,8 +165,11 @@ type Decision struct {
 	// Degraded Present, and true, only on a decision made without the shared
 	// backend, which could not answer in time. `allowed` then follows
 	// the configured failure mode (`fail-closed` denies, `fail-open`
-	// grants), nothing was recorded, `remaining`, `limit` and
-	// `reset_after_ms` are 0, and no rate-limit headers are sent.
+	// grants), `remaining`, `limit` and `reset_after_ms` are 0, and
+	// no rate-limit headers are sent. Whether the backend took the permits is unknown: a call that
+	// reached it before the wait ended may still have taken them,
+	// at most once (decisions are never retried). Under `fail-closed`
+	// that errs toward granting less, never more.
 	//
 	//
 	// Example: true
@@ -445,7 +448,7 @@ type TenantAvailability struct {
 //
 // Example: {"allowed":true,"exceeds_capacity":false,"limit":100,"permits":1,"remaining":99,"reset_after_ms":600,"tenant":"203.0.113.7"}
 type TenantDecision struct {
-	// Allowed Whether all the permits were granted. When false, nothing was recorded.
+	// Allowed Whether all the permits were granted. When false, nothing was recorded, unless the decision is `degraded`.
 	//
 	// Example: true
 	Allowed bool `json:"allowed"`
@@ -453,8 +456,11 @@ type TenantDecision struct {
 	// Degraded Present, and true, only on a decision made without the shared
 	// backend, which could not answer in time. `allowed` then follows
 	// the configured failure mode (`fail-closed` denies, `fail-open`
-	// grants), nothing was recorded, `remaining`, `limit` and
-	// `reset_after_ms` are 0, and no rate-limit headers are sent.
+	// grants), `remaining`, `limit` and `reset_after_ms` are 0, and
+	// no rate-limit headers are sent. Whether the backend took the permits is unknown: a call that
+	// reached it before the wait ended may still have taken them,
+	// at most once (decisions are never retried). Under `fail-closed`
+	// that errs toward granting less, never more.
 	//
 	//
 	// Example: true

@@ -4,10 +4,11 @@
 //
 //   - GCRA (the generic cell rate algorithm, equivalent to a token bucket of
 //     size Burst that refills one permit every Period/Limit). Its state is one
-//     timestamp. With Burst = Limit it admits at most
-//     Burst + ⌊(w·Limit)/Period⌋ permits in any interval of length w, so in a
-//     window of length Period up to 2·Limit permits when the bucket starts full
-//     (Limit at once, then Limit more as it refills). Use it to smooth traffic.
+//     timestamp. It admits at most Burst + ⌊(w·Limit)/Period⌋ permits in any
+//     closed interval of length w, so in a half-open window [t, t+Period) up
+//     to Burst + Limit − 1: with Burst = Limit, 2·Limit − 1 when the bucket
+//     starts full (Limit at once, then Limit − 1 more as it refills before
+//     the window ends). Use it to smooth traffic.
 //   - SlidingLog keeps one entry per granted acquisition and guarantees that no
 //     more than Limit permits are granted in any window of length Period. Use it
 //     when an upstream bans callers who exceed its limit.
@@ -129,17 +130,20 @@ type Decision struct {
 	// ResetAfter is how long until the limiter is full again if nobody
 	// acquires meanwhile.
 	ResetAfter time.Duration
-	// Allowed reports whether all Permits were granted. When false, nothing
-	// was recorded.
+	// Allowed reports whether all Permits were granted. When false and not
+	// Degraded, nothing was recorded.
 	Allowed bool
 	// ExceedsCapacity reports a denial that no amount of waiting can turn
 	// into a grant: Permits exceeds what the limiter can ever hold (Burst
 	// for GCRA, Limit for SlidingLog).
 	ExceedsCapacity bool
 	// Degraded reports a decision made without the store, which could not
-	// answer (ErrUnavailable): Allowed then follows the FailureMode,
-	// nothing was recorded, and Remaining, Limit, RetryAfter and ResetAfter
-	// are zero because they are unknown.
+	// answer in time (ErrUnavailable): Allowed then follows the FailureMode,
+	// and Remaining, Limit, RetryAfter and ResetAfter are zero because they
+	// are unknown. Whether the store recorded the permits is unknown too: a
+	// call that reached a shared store before its deadline passed may still
+	// run there and take them, at most once, since it is never retried.
+	// Under FailClosed that can only make later decisions stricter.
 	Degraded bool
 }
 

@@ -93,7 +93,7 @@ func TestReplenishment(t *testing.T) {
 }
 
 // GCRA with burst = limit admits a full burst and then the refill: close to
-// 2×limit within one window of length period, as documented.
+// 2×limit − 1 within one half-open window of length period, as documented.
 func TestGCRABurstThenRefillWithinOnePeriod(t *testing.T) {
 	l := mustNew(t, limiter.Policy{Limit: 100, Period: time.Minute})
 	granted := int64(0)

@@ -37,7 +37,8 @@ func (m FailureMode) String() string {
 // timeout of its own.
 type ServiceOptions struct {
 	// FailureMode decides acquisitions the store cannot answer. Either way
-	// the Decision is Degraded and nothing is recorded.
+	// the Decision is Degraded, and whether the store took the permits is
+	// unknown (see Decision.Degraded).
 	FailureMode FailureMode
 	// Timeout bounds each call to the store; zero leaves only the caller's
 	// context. A store call that runs out of time is unavailable.
@@ -186,7 +187,8 @@ func (s *Service) Acquire(ctx context.Context, name string, permits int64) (d De
 }
 
 // Degraded is the decision on an acquisition of permits that the store could
-// not answer, by mode.
+// not answer, by mode. The store may still have taken the permits; see
+// Decision.Degraded.
 func Degraded(permits int64, mode FailureMode) Decision {
 	return Decision{Allowed: mode == FailOpen, Permits: permits, Degraded: true}
 }
