@@ -61,6 +61,14 @@ func (s *server) admit(next http.Handler) http.Handler {
 				return
 			}
 		}
+		if r.Method == http.MethodHead {
+			// kin-openapi knows the GET operation only: check the request
+			// as that GET, and serve the HEAD.
+			get := r.Clone(r.Context())
+			get.Method = http.MethodGet
+			s.validator(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { next.ServeHTTP(w, r) })).ServeHTTP(w, get)
+			return
+		}
 		s.validator(next).ServeHTTP(w, r)
 	})
 }

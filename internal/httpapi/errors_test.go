@@ -247,13 +247,13 @@ func TestNotFound(t *testing.T) {
 func TestMethodNotAllowed(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, tc := range []struct{ method, path, allow string }{
-		{http.MethodDelete, "/v1/limiters", "GET"},
-		{http.MethodPost, "/v1/limiters/x", "GET, PUT, DELETE"},
+		{http.MethodDelete, "/v1/limiters", "GET, HEAD"},
+		{http.MethodPost, "/v1/limiters/x", "GET, HEAD, PUT, DELETE"},
 		{http.MethodGet, "/v1/limiters/x/acquire", "POST"},
-		{http.MethodPut, "/v1/limiters/x/available", "GET"},
-		{http.MethodPatch, "/v1/tenants/policy", "GET"},
-		{http.MethodPost, "/livez", "GET"},
-		{http.MethodDelete, "/openapi.yaml", "GET"},
+		{http.MethodPut, "/v1/limiters/x/available", "GET, HEAD"},
+		{http.MethodPatch, "/v1/tenants/policy", "GET, HEAD"},
+		{http.MethodPost, "/livez", "GET, HEAD"},
+		{http.MethodDelete, "/openapi.yaml", "GET, HEAD"},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			res, body := e.raw(tc.method, tc.path, "", "")

@@ -192,7 +192,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.observe)
+	r.Use(s.observe, headAsGet)
 	r.NotFound(s.notFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
 	if o.Metrics != nil {
@@ -213,7 +213,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 	})
 	for _, byMethod := range s.ops {
 		for _, op := range byMethod {
-			if !r.Match(chi.NewRouteContext(), op.method, op.example) {
+			if !r.Match(chi.NewRouteContext(), routeMethod(op.method), op.example) {
 				return nil, fmt.Errorf("httpapi: operation %s (%s %s) is not routed", op.id, op.method, op.route)
 			}
 		}

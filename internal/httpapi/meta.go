@@ -56,6 +56,13 @@ func docsHandler() http.Handler {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			_, _ = w.Write(docsPage)
 		default:
+			if r.Method == http.MethodHead {
+				// statigz answers HEAD with fewer headers than GET
+				// (no Accept-Ranges): serve it the GET, whose body
+				// net/http leaves out.
+				r = r.Clone(r.Context())
+				r.Method = http.MethodGet
+			}
 			assets.ServeHTTP(w, r)
 		}
 	})

@@ -95,6 +95,14 @@ func operations(doc *openapi3.T, tel *telemetry, set settings) (map[string]map[s
 			}
 			byRoute[route][method] = op
 			byID[op.id] = op
+			if method == http.MethodGet {
+				// HEAD is served wherever GET is (see headAsGet): the
+				// same operation, measured under its own method.
+				head := *op
+				head.method = http.MethodHead
+				tel.prepare(&head)
+				byRoute[route][http.MethodHead] = &head
+			}
 		}
 	}
 	return byRoute, byID, params

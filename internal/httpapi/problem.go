@@ -235,8 +235,8 @@ func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
 // it does.
 func (s *server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	var allowed []string
-	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete} {
-		if s.router.Match(chi.NewRouteContext(), m, r.URL.Path) {
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete} {
+		if s.router.Match(chi.NewRouteContext(), routeMethod(m), r.URL.Path) {
 			allowed = append(allowed, m)
 		}
 	}
