@@ -120,6 +120,8 @@ type server struct {
 	ops    map[string]map[string]*operation // route pattern -> method -> operation
 	byID   map[string]*operation
 	params map[string]paramInfo // query and path parameters by name
+	// What requests no operation serves are measured as; see unrouted.
+	unroutedOps map[string]map[string]*operation
 
 	validator func(http.Handler) http.Handler // kin-openapi request validation
 	specJSON  map[string]any                  // the spec, for /openapi.json
@@ -187,6 +189,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 		return nil, err
 	}
 	s.ops, s.byID, s.params = operations(doc, s.tel, set)
+	s.unroutedOps = unroutedOperations(s.tel, o.Metrics != nil)
 	s.validator = newValidator(doc, s)
 	s.tenantPolicy = policyHeader(tenantLimiter, o.Tenants.Policy().Period, o.Tenants.Policy().Limit)
 
@@ -198,7 +201,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 	if o.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", o.Metrics)
 	}
-	docs := docsHandler()
+	docs := s.docsHandler()
 	r.Get("/docs", docs.ServeHTTP)
 	r.Get("/docs/*", docs.ServeHTTP)
 

@@ -45,9 +45,12 @@ var docsPage []byte
 // binary: the page works without reaching any other host. The page is a
 // fixed file rather than swgui's template: html/template in the binary
 // keeps every method of every type alive for reflection, which alone made
-// the image 10 MB larger.
-func docsHandler() http.Handler {
-	assets := http.StripPrefix("/docs/", statigz.FileServer(static.FS))
+// the image 10 MB larger. A missing asset is a 404 problem, as every other
+// error of the API.
+func (s *server) docsHandler() http.Handler {
+	files := statigz.FileServer(static.FS, statigz.OnError(func(w http.ResponseWriter, r *http.Request, err error) {
+		s.writeProblem(w, r, s.problemFor(r, err))
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/docs":
@@ -63,7 +66,13 @@ func docsHandler() http.Handler {
 				r = r.Clone(r.Context())
 				r.Method = http.MethodGet
 			}
-			assets.ServeHTTP(w, r)
+			http.StripPrefix("/docs/", http.HandlerFunc(func(w http.ResponseWriter, file *http.Request) {
+				if !files.Found(file) { // statigz would answer in text/plain
+					s.notFound(w, r)
+					return
+				}
+				files.ServeHTTP(w, file)
+			})).ServeHTTP(w, r)
 		}
 	})
 }

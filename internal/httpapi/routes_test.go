@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ratelimiter/ratelimiter/client"
 )
@@ -173,5 +176,92 @@ func TestHeadConsumesNothing(t *testing.T) {
 	}
 	if got := e.tenantAvailable("192.0.2.1"); got != tenantPolicy.Limit {
 		t.Errorf("tenant 192.0.2.1: got %d left, want %d", got, tenantPolicy.Limit)
+	}
+}
+
+func TestDocsErrorsAreProblems(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, path := range []string{
+		"/docs/missing.js",
+		"/docs/../livez",
+		"/docs/%2e%2e/openapi.yaml",
+		"/docs/swagger-ui.css/x",
+		"/docs/..%2fdocs.html",
+	} {
+		t.Run(path, func(t *testing.T) {
+			res, body, _ := e.exchange("GET " + path + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+			p := checkProblem(t, res, body, http.StatusNotFound)
+			if p.Instance == nil || *p.Instance != path {
+				t.Errorf("instance: got %v, want %q", p.Instance, path)
+			}
+		})
+	}
+}
+
+func TestEveryRequestIsMeasured(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	e := newEnv(t, func(o *Options) {
+		o.MeterProvider = mp
+		o.Metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("up 1\n")) })
+	})
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/nope"},
+		{"GET", "/nope/2"},
+		{"POST", "/v1/x"},
+		{"POST", "/livez"},
+		{"BREW", "/coffee"},
+		{"BREW", "/tea"},
+		{"GET", "/docs/"},
+		{"HEAD", "/docs/"},
+		{"GET", "/docs/missing.js"},
+		{"GET", "/metrics"},
+		{"HEAD", "/livez"},
+	} {
+		e.exchange(r.method + " " + r.path + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+	}
+
+	m := collect(t, reader)
+	unknown := func(method string, status int) []attribute.KeyValue {
+		return []attribute.KeyValue{
+			attribute.String("http.request.method", method),
+			attribute.String("ratelimiter.operation", "unknown"),
+			attribute.Int("http.response.status_code", status),
+		}
+	}
+	route := func(method, route, op string, status int) []attribute.KeyValue {
+		return []attribute.KeyValue{
+			attribute.String("http.request.method", method),
+			attribute.String("http.route", route),
+			attribute.String("ratelimiter.operation", op),
+			attribute.Int("http.response.status_code", status),
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		attrs []attribute.KeyValue
+		want  uint64
+	}{
+		{"GET to no route", unknown("GET", 404), 2},
+		{"POST to no route", unknown("POST", 404), 1},
+		{"POST to a path not served for POST", unknown("POST", 405), 1},
+		{"an unknown method", unknown("_OTHER", 405), 2},
+		{"the docs", route("GET", "/docs/*", "docs", 200), 1},
+		{"the docs, HEAD", route("HEAD", "/docs/*", "docs", 200), 1},
+		{"a file the docs lack", route("GET", "/docs/*", "docs", 404), 1},
+		{"the metrics", route("GET", "/metrics", "metrics", 200), 1},
+		{"liveness, HEAD", route("HEAD", "/livez", "getLiveness", 200), 1},
+	} {
+		if got := requests(t, m["http.server.request.duration"], tc.attrs...); got != tc.want {
+			t.Errorf("%s: got %d requests, want %d", tc.name, got, tc.want)
+		}
+	}
+	h := m["http.server.request.duration"].(metricdata.Histogram[float64])
+	for _, dp := range h.DataPoints {
+		for _, kv := range dp.Attributes.ToSlice() {
+			if v := kv.Value.Emit(); strings.Contains(v, "nope") || strings.Contains(v, "coffee") || strings.Contains(v, "BREW") {
+				t.Errorf("a label holds what the client sent: %s=%s", kv.Key, v)
+			}
+		}
 	}
 }

@@ -103,7 +103,10 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 
 // prepare computes the span options and duration attributes of op.
 func (t *telemetry) prepare(op *operation) {
-	op.attrs = []attribute.KeyValue{keyMethod.String(op.method), keyRoute.String(op.route), keyOperation.String(op.id)}
+	op.attrs = []attribute.KeyValue{keyMethod.String(op.method), keyOperation.String(op.id)}
+	if op.route != "" { // no route matched: see unknownOperation
+		op.attrs = append(op.attrs, keyRoute.String(op.route))
+	}
 	op.startOpts = []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(keyMethod.String(op.method), keyRoute.String(op.route)),
@@ -270,20 +273,17 @@ func (s *server) finish(rec *recorder, r *http.Request, elapsed time.Duration) {
 		span.End()
 	}
 	op := rec.op
-	if op != nil {
-		opts, ok := op.durations[status]
-		if !ok {
-			opts = op.durationOpts(status)
-		}
-		s.tel.duration.Record(ctx, elapsed.Seconds(), opts...)
+	if op == nil {
+		op = s.unrouted(r)
 	}
+	opts, ok := op.durations[status]
+	if !ok {
+		opts = op.durationOpts(status)
+	}
+	s.tel.duration.Record(ctx, elapsed.Seconds(), opts...)
 	if s.log.Enabled(ctx, slog.LevelDebug) {
-		id := ""
-		if op != nil {
-			id = op.id
-		}
 		s.log.LogAttrs(ctx, slog.LevelDebug, "request",
-			slog.String("operation", id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.String("operation", op.id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", status), slog.Duration("duration", elapsed))
 	}
 }
