@@ -136,7 +136,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		MaxHeaderBytes:    serverMaxHeaderBytes(cfg.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 
@@ -180,6 +180,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		errs = append(errs, fmt.Errorf("serve: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// goHeaderSlack is how many bytes of a request Go's HTTP server reads
+// past http.Server.MaxHeaderBytes before it refuses the header section
+// with 431 (the size of its read buffer; see initialReadLimitSize in
+// net/http).
+const goHeaderSlack = 4096
+
+// serverMaxHeaderBytes is the http.Server.MaxHeaderBytes that refuses
+// exactly the header sections longer than limit bytes; limit is at least
+// config.MinHeaderBytes. TestMaxHeaderBytesIsWhatTheFlagSays holds it to
+// that.
+func serverMaxHeaderBytes(limit int) int {
+	return max(1, limit-goHeaderSlack)
 }
 
 // newLogger returns the service's logger, writing to w in the configured

@@ -113,7 +113,10 @@ type Config struct {
 	LogFormat string
 	// MaxBodyBytes is the largest request body accepted.
 	MaxBodyBytes int64
-	// MaxHeaderBytes is the largest request header section accepted.
+	// MaxHeaderBytes is the largest request header section accepted, in
+	// bytes: the request line, the header lines and the blank line that
+	// ends them, each with its CRLF. It is at least MinHeaderBytes; the
+	// server refuses a larger section with 431.
 	MaxHeaderBytes int
 	// Timeouts of the HTTP server (see net/http.Server).
 	ReadHeaderTimeout time.Duration

@@ -114,7 +114,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 	passwordFile := writeFile(t, "redis-password", "hunter2\n")
 	caFile := writeFile(t, "ca.pem", "")
 	values := map[string]string{
-		"listen": "127.0.0.1:9999", "backend": "redis", "max-body-bytes": "1024", "max-header-bytes": "4096",
+		"listen": "127.0.0.1:9999", "backend": "redis", "max-body-bytes": "1024", "max-header-bytes": "8192",
 		"log-level": "debug", "log-format": "text",
 		"read-header-timeout": "1s", "read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s",
 		"shutdown-delay": "5s", "shutdown-timeout": "6s",
@@ -139,7 +139,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16,
 			FailureMode: FailOpen,
 		},
-		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 4096,
+		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 8192,
 		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
 		IdleTimeout: 4 * time.Second, ShutdownDelay: 5 * time.Second, ShutdownTimeout: 6 * time.Second,
 		Tenants: tenant.Config{
@@ -315,6 +315,7 @@ func TestInvalid(t *testing.T) {
 		{name: "max body bytes zero", args: []string{"--max-body-bytes", "0"}, want: []string{"--max-body-bytes", "from 1"}},
 		{name: "max body bytes not a number", args: []string{"--max-body-bytes", "64k"}, want: []string{"--max-body-bytes", `"64k"`}},
 		{name: "max header bytes too small", args: []string{"--max-header-bytes", "10"}, want: []string{"--max-header-bytes"}},
+		{name: "max header bytes below what can be held to", args: []string{"--max-header-bytes", "4096"}, want: []string{"--max-header-bytes", "4097"}},
 		{name: "timeout not a duration", args: []string{"--read-timeout", "10"}, want: []string{"--read-timeout", "not a duration"}},
 		{name: "timeout zero", args: []string{"--write-timeout", "0s"}, want: []string{"--write-timeout", "positive"}},
 		{name: "idle timeout negative", args: []string{"--idle-timeout", "-1s"}, want: []string{"--idle-timeout", "positive"}},

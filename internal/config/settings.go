@@ -11,6 +11,11 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
+// MinHeaderBytes is the smallest MaxHeaderBytes. Go's HTTP server reads
+// 4096 bytes past its own limit, which is at least 1, before it can refuse
+// a header section, so no smaller limit could be held to.
+const MinHeaderBytes = 4097
+
 // setting is one configurable value: its flag, its environment variable, its
 // key in the config file if it has one, its default, and how to store a
 // value written as text into a Config.
@@ -80,8 +85,9 @@ var settings = []setting{
 	},
 	{
 		name: "max-header-bytes", env: "RATELIMITER_MAX_HEADER_BYTES", def: "16384", arg: "bytes", group: groupServer,
-		usage: "Largest request header section (request line and headers) accepted; a larger one is refused with 431.",
-		apply: integer(func(c *Config) *int { return &c.MaxHeaderBytes }, 1024, 1<<20),
+		usage: "Largest request header section accepted, in bytes: the request line, the header lines and the blank " +
+			"line after them, CRLFs included; a larger one is refused with 431.",
+		apply: integer(func(c *Config) *int { return &c.MaxHeaderBytes }, MinHeaderBytes, 1<<20),
 	},
 	{
 		name: "admin-token", env: "RATELIMITER_ADMIN_TOKEN", arg: "token", group: groupAdmin,
