@@ -363,17 +363,35 @@ func evictsBefore(t limiter.TAT, k uint64, u limiter.TAT, l uint64) bool {
 	return k > l
 }
 
-func (st *gcraStore) available(key uint64, now int64) limiter.Availability {
+func (st *gcraStore) available(key uint64, now int64) (limiter.Availability, bool) {
 	h := st.hash(key)
 	s := st.shard(h)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	tat := limiter.TAT{}
-	if i, found := s.find(key, h); found {
+	i, found := s.find(key, h)
+	if found {
 		tat = s.slot(i).tat()
 	}
 	s.expire(st, now)
-	return st.rate.Available(tat, now)
+	s.mu.Unlock()
+	if found || st.count.Load() < st.max {
+		return st.rate.Available(tat, now), false
+	}
+	return st.availableAtBound(now)
+}
+
+// availableAtBound is what admitAtBound would answer a newcomer asking for
+// one permit, changing nothing: a full bucket when the tenant it would
+// evict has a permit left, otherwise no permit until that tenant regains
+// one. The victim is looked for without holding any shard's lock, as
+// admitAtBound does.
+func (st *gcraStore) availableAtBound(now int64) (limiter.Availability, bool) {
+	_, _, vtat, ok := st.victim()
+	if !ok || st.rate.Available(vtat, now).Remaining > 0 {
+		return st.rate.Available(limiter.TAT{}, now), false
+	}
+	_, vd := st.rate.Acquire(vtat, now, 1)
+	return registryFullAvailability(st.limit, vd.RetryAfter), true
 }
 
 // gcraRanked is a Lowest candidate.

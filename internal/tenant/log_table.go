@@ -193,19 +193,47 @@ func (st *logStore) victim() (s *logShard, v logItem, ok bool) {
 	return s, v, ok
 }
 
-func (st *logStore) available(key uint64, now int64) limiter.Availability {
+func (st *logStore) available(key uint64, now int64) (limiter.Availability, bool) {
 	s := st.shard(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	t := s.tenants[key]
 	var av limiter.Availability
-	if t := s.tenants[key]; t != nil {
+	if t != nil {
 		av = t.log.Available(st.window, now)
-	} else {
-		var empty limiter.Log
-		av = empty.Available(st.window, now)
 	}
 	s.expire(st, now)
-	return av
+	s.mu.Unlock()
+	if t != nil {
+		return av, false
+	}
+	if st.count.Load() >= st.max {
+		return st.availableAtBound(now)
+	}
+	var empty limiter.Log
+	return empty.Available(st.window, now), false
+}
+
+// availableAtBound is gcraStore.availableAtBound for logs: the tenant it
+// would evict is the one whose log empties first.
+func (st *logStore) availableAtBound(now int64) (limiter.Availability, bool) {
+	var empty limiter.Log
+	vs, v, ok := st.victim()
+	if !ok {
+		return empty.Available(st.window, now), false
+	}
+	vs.mu.Lock()
+	vt := vs.tenants[v.key]
+	limited := vt != nil && vt.log.Available(st.window, now).Remaining == 0
+	var vd limiter.Decision
+	if limited {
+		// A denial: it records nothing.
+		vd = vt.log.Acquire(st.window, now, 1)
+	}
+	vs.mu.Unlock()
+	if !limited {
+		return empty.Available(st.window, now), false
+	}
+	return registryFullAvailability(st.limit, vd.RetryAfter), true
 }
 
 type logRanked struct {

@@ -121,15 +121,48 @@ func (m *refModel) acquire(key uint64, now, n int64) (limiter.Decision, bool) {
 	return d, false
 }
 
-func (m *refModel) available(key uint64, now int64) limiter.Availability {
+// available is what acquire would tell key about one permit, changing
+// nothing the registry could tell apart: it may drop full buckets.
+func (m *refModel) available(key uint64, now int64) (limiter.Availability, bool) {
+	_, heldT := m.tats[key]
+	_, heldL := m.logs[key]
+	if !heldT && !heldL && m.size() >= m.max {
+		m.prune(now)
+	}
 	if m.gcra() {
-		return m.rate.Available(m.tats[key], now)
+		if !heldT && len(m.tats) == m.max {
+			var vt limiter.TAT
+			first := true
+			for _, t := range m.tats {
+				if first || t.Compare(vt) < 0 {
+					vt, first = t, false
+				}
+			}
+			if m.rate.Available(vt, now).Remaining == 0 {
+				_, vd := m.rate.Acquire(vt, now, 1)
+				return limiter.Availability{Limit: m.policy.Limit, ResetAfter: vd.RetryAfter}, true
+			}
+		}
+		return m.rate.Available(m.tats[key], now), false
 	}
 	if l, ok := m.logs[key]; ok {
-		return l.log.Available(m.window, now)
+		return l.log.Available(m.window, now), false
+	}
+	if len(m.logs) == m.max {
+		var vk uint64
+		var v *refLog
+		for k, x := range m.logs {
+			if v == nil || x.reset < v.reset || x.reset == v.reset && k > vk {
+				vk, v = k, x
+			}
+		}
+		if v.log.Available(m.window, now).Remaining == 0 {
+			vd := v.log.Acquire(m.window, now, 1)
+			return limiter.Availability{Limit: m.policy.Limit, ResetAfter: vd.RetryAfter}, true
+		}
 	}
 	var empty limiter.Log
-	return empty.Available(m.window, now)
+	return empty.Available(m.window, now), false
 }
 
 // lowest sorts every tenant by the documented order and keeps k.
@@ -323,7 +356,8 @@ func runAgainstReference(t *testing.T, cfg Config, ips []string, mix opMix, seed
 			}
 		case x < mix.step+mix.lowest+15:
 			got := mustAvailable(t, r, ip)
-			want := Availability{Tenant: formatKey(key, m.bits), Availability: m.available(key, now)}
+			av, full := m.available(key, now)
+			want := Availability{Tenant: formatKey(key, m.bits), Availability: av, RegistryFull: full}
 			if got != want {
 				t.Fatalf("step %d: Available(%q)\n got %+v\nwant %+v", i, ip, got, want)
 			}
@@ -392,6 +426,11 @@ func TestMaxTenantsRule(t *testing.T) {
 					tracked := 0
 					for _, other := range ips {
 						b := before[other]
+						if b.RegistryFull {
+							// Not remembered: what it could take follows the
+							// tenant it would evict.
+							continue
+						}
 						if b.ResetAfter > 0 {
 							tracked++
 						}

@@ -32,7 +32,10 @@ type store interface {
 	// acquire takes n permits (1 <= n <= MaxLimit) from the tenant and
 	// reports whether a denial is due to a registry full of limited tenants.
 	acquire(key uint64, now, n int64) (d limiter.Decision, registryFull bool)
-	available(key uint64, now int64) limiter.Availability
+	// available reports what the tenant could take, and whether a
+	// newcomer would be denied because the registry is full of limited
+	// tenants (as acquire would report for one permit).
+	available(key uint64, now int64) (av limiter.Availability, registryFull bool)
 	// lowest returns up to k tenants, fewest permits left first.
 	lowest(ctx context.Context, now int64, k int) ([]ranked, error)
 	stats() Stats
@@ -150,8 +153,8 @@ func (r *Registry) Available(ctx context.Context, ip string) (a Availability, er
 	if err != nil {
 		return Availability{}, fmt.Errorf("tenant: available %s: %w", quoteIP(ip), err)
 	}
-	av := r.store.available(k, limiter.Nanos(r.now()))
-	return Availability{Tenant: tenantName(ip, k, r.bits), Availability: av}, nil
+	av, full := r.store.available(k, limiter.Nanos(r.now()))
+	return Availability{Tenant: tenantName(ip, k, r.bits), Availability: av, RegistryFull: full}, nil
 }
 
 // Lowest returns up to k tenants (1 <= k <= MaxLowest, otherwise the error
@@ -244,6 +247,13 @@ const maxVictimAttempts = 8
 // tenant that could be evicted regains a permit after retry.
 func registryFull(n, limit int64, retry time.Duration) limiter.Decision {
 	return limiter.Decision{Permits: n, Limit: limit, RetryAfter: retry, ResetAfter: retry}
+}
+
+// registryFullAvailability is what a newcomer that cannot be remembered
+// could take: nothing until the tenant that could be evicted regains a
+// permit after retry, the RetryAfter and ResetAfter of registryFull.
+func registryFullAvailability(limit int64, retry time.Duration) limiter.Availability {
+	return limiter.Availability{Limit: limit, ResetAfter: retry}
 }
 
 // refillInterval is how long a bucket of p takes to regain one permit,

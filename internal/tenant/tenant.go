@@ -112,12 +112,20 @@ type Decision struct {
 	RegistryFull bool
 }
 
-// Availability is what a tenant could take now. A tenant the registry does
-// not remember has a full bucket.
+// Availability is what a tenant could take now: what an acquisition of one
+// permit would be told. A tenant the registry does not remember has a full
+// bucket, unless the registry holds Config.MaxTenants tenants and would
+// deny it (see RegistryFull).
 type Availability struct {
 	// Tenant is the normalized tenant, as in Decision.Tenant.
 	Tenant string
 	limiter.Availability
+	// RegistryFull reports a tenant the registry does not remember and
+	// could not remember now, because it holds Config.MaxTenants tenants
+	// and the one it would evict is limited: an acquisition would be denied
+	// with Decision.RegistryFull. Remaining is then 0, and ResetAfter is
+	// the RetryAfter such a denial gives, when room can be made.
+	RegistryFull bool
 }
 
 // Entry is one tenant in a Lowest answer, as seen at the instant of the call.
