@@ -2,11 +2,9 @@ package limiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -47,6 +45,9 @@ type ServiceOptions struct {
 	// that failed with ErrUnavailable, before the Service answers. It must
 	// be safe for concurrent use and quick, since outages make it hot.
 	OnUnavailable func(err error)
+	// TracerProvider gives the tracer of the Service's spans; nil means
+	// OpenTelemetry's global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Service is the entry point to named limiters: it validates input before it
@@ -61,34 +62,22 @@ type Service struct {
 }
 
 // NewService returns a Service over store with the zero ServiceOptions,
-// tracing through the global OpenTelemetry tracer provider.
+// tracing through OpenTelemetry's global tracer provider.
 func NewService(store Store) *Service { return NewServiceWith(store, ServiceOptions{}) }
 
 // NewServiceWith returns a Service over store tuned by opts.
 func NewServiceWith(store Store, opts ServiceOptions) *Service {
-	return &Service{store: store, opts: opts, tracer: otel.Tracer("github.com/ratelimiter/ratelimiter/internal/limiter")}
+	return &Service{store: store, opts: opts, tracer: opts.Tracer("github.com/ratelimiter/ratelimiter/internal/limiter")}
 }
 
-// bound applies the Timeout to a store call's context.
+// bound and unavailable are the shared ServiceOptions.Bound and
+// ServiceOptions.Unavailable, under short names for the call sites below.
 func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if s.opts.Timeout <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, s.opts.Timeout)
+	return s.opts.Bound(ctx)
 }
 
-// unavailable reports whether err is the store's unavailability, telling
-// OnUnavailable when it is.
 func (s *Service) unavailable(ctx context.Context, err error) bool {
-	// A caller that went away cut the call short, not the store: there is
-	// no one to answer and no outage to report.
-	if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-		return false
-	}
-	if s.opts.OnUnavailable != nil {
-		s.opts.OnUnavailable(err)
-	}
-	return true
+	return s.opts.Unavailable(ctx, err)
 }
 
 // Put validates def and creates or replaces the limiter; see Store.Put.
@@ -209,26 +198,15 @@ func (s *Service) Available(ctx context.Context, name string) (a Availability, e
 	return a, nil
 }
 
-// start begins a child span of the caller's span. When the caller's span is
-// not recording (tracing is off, or this trace is not sampled) no span is
-// started at all: the call then costs nothing, not even an allocation.
+// start begins a child span of the caller's span (see StartSpan), naming
+// the limiter when there is one.
 func (s *Service) start(ctx context.Context, op, name string) (context.Context, trace.Span) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
-		return ctx, noSpan
-	}
-	ctx, span := s.tracer.Start(ctx, op)
-	if name != "" {
+	ctx, span := StartSpan(ctx, s.tracer, op)
+	if name != "" && span.IsRecording() {
 		span.SetAttributes(attribute.String("ratelimiter.limiter", name))
 	}
 	return ctx, span
 }
 
-// noSpan is a span that records nothing and whose End does nothing.
-var noSpan = trace.SpanFromContext(context.Background())
-
-func end(span trace.Span, err error) {
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-}
+// end is EndSpan.
+func end(span trace.Span, err error) { EndSpan(span, err) }

@@ -6,11 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
@@ -22,7 +17,6 @@ type Registry struct {
 	policy limiter.Policy
 	bits   int // IPv6 prefix length
 	now    func() time.Time
-	tracer trace.Tracer
 	store  store
 }
 
@@ -77,7 +71,6 @@ func New(cfg Config, now func() time.Time) (*Registry, error) {
 		policy: p,
 		bits:   cfg.IPv6Prefix,
 		now:    now,
-		tracer: otel.Tracer("github.com/ratelimiter/ratelimiter/internal/tenant"),
 	}
 	if p.Algorithm == limiter.GCRA {
 		r.store = newGCRAStore(p, int64(cfg.MaxTenants))
@@ -111,19 +104,7 @@ func (r *Registry) Tenant(ip string) (string, error) {
 // A tenant the registry does not remember starts from a full bucket; when
 // the registry already holds Config.MaxTenants tenants, room is made as
 // Config.MaxTenants describes, or the tenant is denied with RegistryFull.
-func (r *Registry) Acquire(ctx context.Context, ip string, permits int64) (d Decision, err error) {
-	_, span := r.startSpan(ctx, "tenant.Acquire")
-	defer func() {
-		if err == nil && span.IsRecording() {
-			span.SetAttributes(
-				attribute.String("ratelimiter.tenant", d.Tenant),
-				attribute.Int64("ratelimiter.permits", permits),
-				attribute.Bool("ratelimiter.allowed", d.Allowed),
-				attribute.Int64("ratelimiter.remaining", d.Remaining),
-			)
-		}
-		end(span, err)
-	}()
+func (r *Registry) Acquire(_ context.Context, ip string, permits int64) (Decision, error) {
 	if err := limiter.CheckPermits(permits); err != nil {
 		return Decision{}, fmt.Errorf("tenant: acquire %s: %w", quoteIP(ip), err)
 	}
@@ -138,17 +119,7 @@ func (r *Registry) Acquire(ctx context.Context, ip string, permits int64) (d Dec
 // Available reports what the tenant that address ip counts as could take
 // now, without taking anything. A tenant the registry does not remember has
 // a full bucket. An invalid ip gives an error wrapping ErrInvalidIP.
-func (r *Registry) Available(ctx context.Context, ip string) (a Availability, err error) {
-	_, span := r.startSpan(ctx, "tenant.Available")
-	defer func() {
-		if err == nil && span.IsRecording() {
-			span.SetAttributes(
-				attribute.String("ratelimiter.tenant", a.Tenant),
-				attribute.Int64("ratelimiter.remaining", a.Remaining),
-			)
-		}
-		end(span, err)
-	}()
+func (r *Registry) Available(_ context.Context, ip string) (Availability, error) {
 	k, err := parseKey(ip, r.bits)
 	if err != nil {
 		return Availability{}, fmt.Errorf("tenant: available %s: %w", quoteIP(ip), err)
@@ -181,14 +152,7 @@ func (r *Registry) Available(ctx context.Context, ip string) (a Availability, er
 //
 // The answer is not one atomic snapshot: each shard is read under its own
 // lock, all at the same instant.
-func (r *Registry) Lowest(ctx context.Context, k int) (entries []Entry, err error) {
-	ctx, span := r.startSpan(ctx, "tenant.Lowest")
-	defer func() {
-		if span.IsRecording() {
-			span.SetAttributes(attribute.Int("ratelimiter.k", k), attribute.Int("ratelimiter.tenants", len(entries)))
-		}
-		end(span, err)
-	}()
+func (r *Registry) Lowest(ctx context.Context, k int) ([]Entry, error) {
 	if k < 1 || k > MaxLowest {
 		return nil, fmt.Errorf("tenant: lowest: %w: k must be between 1 and %d, got %d", ErrInvalidK, MaxLowest, k)
 	}
@@ -196,7 +160,7 @@ func (r *Registry) Lowest(ctx context.Context, k int) (entries []Entry, err erro
 	if err != nil {
 		return nil, fmt.Errorf("tenant: lowest: %w", err)
 	}
-	entries = make([]Entry, len(rs))
+	entries := make([]Entry, len(rs))
 	for i, x := range rs {
 		entries[i] = Entry{Tenant: formatKey(x.key, r.bits), Remaining: x.av.Remaining, Limit: x.av.Limit, ResetAfter: x.av.ResetAfter}
 	}
@@ -205,13 +169,6 @@ func (r *Registry) Lowest(ctx context.Context, k int) (entries []Entry, err erro
 
 // Stats counts what the registry holds, in O(shards).
 func (r *Registry) Stats() Stats { return r.store.stats() }
-
-func end(span trace.Span, err error) {
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-}
 
 // admission enforces Config.MaxTenants across shards: count is the number of
 // tenants remembered plus insertions under way, and never exceeds max.
@@ -261,16 +218,3 @@ func registryFullAvailability(limit int64, retry time.Duration) limiter.Availabi
 func refillInterval(p limiter.Policy) time.Duration {
 	return (p.Period + time.Duration(p.Limit) - 1) / time.Duration(p.Limit)
 }
-
-// startSpan begins a child span of the caller's span. Under a caller's span
-// that is not recording (tracing off, or a trace not sampled) it starts
-// none, so the hot path costs nothing when tracing is off.
-func (r *Registry) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
-		return ctx, noSpan
-	}
-	return r.tracer.Start(ctx, name)
-}
-
-// noSpan records nothing and its End does nothing.
-var noSpan = trace.SpanFromContext(context.Background())

@@ -18,3 +18,14 @@ func TestRegistrySuite(t *testing.T) {
 		return r
 	})
 }
+
+// TestRegistrySpans: a Service over a Registry traces each decision once.
+func TestRegistrySpans(t *testing.T) {
+	tenanttest.RunSpans(t, func(t *testing.T, cfg tenant.Config) tenanttest.Tenants {
+		r, err := tenant.New(cfg, nil)
+		if err != nil {
+			t.Fatalf("New(%+v): %v", cfg, err)
+		}
+		return r
+	})
+}

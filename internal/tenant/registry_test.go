@@ -7,12 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
-
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
@@ -283,99 +277,4 @@ func ipv4(i int) string {
 
 func ipv4Of(v uint32) string {
 	return formatKey(v4Tag|uint64(v), 64)
-}
-
-// recorder is a TracerProvider that keeps the spans it starts.
-type recorder struct {
-	noop.TracerProvider
-	mu    sync.Mutex
-	spans []*recordedSpan
-}
-
-type recordedSpan struct {
-	noop.Span
-	name   string
-	attrs  map[attribute.Key]attribute.Value
-	status codes.Code
-	ended  bool
-}
-
-func (s *recordedSpan) IsRecording() bool { return true }
-func (s *recordedSpan) SetAttributes(kv ...attribute.KeyValue) {
-	for _, a := range kv {
-		s.attrs[a.Key] = a.Value
-	}
-}
-func (s *recordedSpan) SetStatus(c codes.Code, _ string)              { s.status = c }
-func (s *recordedSpan) End(...trace.SpanEndOption)                    { s.ended = true }
-func (r *recorder) Tracer(string, ...trace.TracerOption) trace.Tracer { return recordingTracer{r: r} }
-
-type recordingTracer struct {
-	noop.Tracer
-	r *recorder
-}
-
-func (t recordingTracer) Start(ctx context.Context, name string, _ ...trace.SpanStartOption) (context.Context, trace.Span) {
-	s := &recordedSpan{name: name, attrs: map[attribute.Key]attribute.Value{}}
-	t.r.mu.Lock()
-	t.r.spans = append(t.r.spans, s)
-	t.r.mu.Unlock()
-	return ctx, s
-}
-
-func TestTracing(t *testing.T) {
-	rec := &recorder{}
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(rec)
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
-
-	r := newRegistry(t, Config{Policy: limiter.Policy{Limit: 9, Period: time.Minute}}, newFakeClock())
-
-	// Without a recording span to hang under, nothing is traced.
-	mustAcquire(t, r, "203.0.113.9", 1)
-	if len(rec.spans) != 0 {
-		t.Fatalf("got %d spans without a recording parent, want none", len(rec.spans))
-	}
-
-	// Under the server's recording span, each call is a child span.
-	ctx := trace.ContextWithSpan(context.Background(), &recordedSpan{name: "server", attrs: map[attribute.Key]attribute.Value{}})
-	for _, call := range []func() error{
-		func() error { _, err := r.Acquire(ctx, "203.0.113.7", 2); return err },
-		func() error { _, err := r.Available(ctx, "203.0.113.7"); return err },
-		func() error { _, err := r.Lowest(ctx, 3); return err },
-	} {
-		if err := call(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, _ = r.Acquire(ctx, "bad", 1)
-
-	want := []struct {
-		name   string
-		attrs  map[attribute.Key]attribute.Value
-		status codes.Code
-	}{
-		{"tenant.Acquire", map[attribute.Key]attribute.Value{
-			"ratelimiter.tenant":  attribute.StringValue("203.0.113.7"),
-			"ratelimiter.permits": attribute.Int64Value(2),
-			"ratelimiter.allowed": attribute.BoolValue(true),
-		}, codes.Unset},
-		{"tenant.Available", map[attribute.Key]attribute.Value{"ratelimiter.tenant": attribute.StringValue("203.0.113.7")}, codes.Unset},
-		{"tenant.Lowest", map[attribute.Key]attribute.Value{"ratelimiter.k": attribute.IntValue(3)}, codes.Unset},
-		{"tenant.Acquire", nil, codes.Error},
-	}
-	if len(rec.spans) != len(want) {
-		t.Fatalf("got %d spans, want %d", len(rec.spans), len(want))
-	}
-	for i, w := range want {
-		s := rec.spans[i]
-		if s.name != w.name || !s.ended || s.status != w.status {
-			t.Errorf("span %d: got %q (ended %v, status %v), want %q ended with status %v", i, s.name, s.ended, s.status, w.name, w.status)
-		}
-		for k, v := range w.attrs {
-			if s.attrs[k] != v {
-				t.Errorf("span %d attribute %s: got %v, want %v", i, k, s.attrs[k].Emit(), v.Emit())
-			}
-		}
-	}
 }

@@ -2,8 +2,11 @@ package tenant
 
 import (
 	"context"
-	"errors"
 	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
@@ -24,17 +27,21 @@ var _ Backend = (*Registry)(nil)
 
 // Service serves per-IP limits from a Backend, deciding acquisitions the
 // backend cannot answer (limiter.ErrUnavailable) by a failure mode, as
-// limiter.Service does for named limiters. It is safe for concurrent use.
+// limiter.Service does for named limiters. It traces each decision
+// (tenant.Acquire, tenant.Available, tenant.Lowest) as a child of the
+// caller's span when that span is recording, whichever the backend: the
+// backends start no span of their own. It is safe for concurrent use.
 type Service struct {
 	backend Backend
 	opts    limiter.ServiceOptions
+	tracer  trace.Tracer
 }
 
 // NewService returns a Service over backend tuned by opts: its FailureMode
-// and OnUnavailable hook for acquisitions, and its Timeout for every
-// backend call.
+// and OnUnavailable hook for acquisitions, its Timeout for every backend
+// call, and its TracerProvider for the spans.
 func NewService(backend Backend, opts limiter.ServiceOptions) *Service {
-	return &Service{backend: backend, opts: opts}
+	return &Service{backend: backend, opts: opts, tracer: opts.Tracer("github.com/ratelimiter/ratelimiter/internal/tenant")}
 }
 
 // Policy returns the per-IP policy.
@@ -45,12 +52,25 @@ func (s *Service) Tenant(ip string) (string, error) { return s.backend.Tenant(ip
 
 // Acquire takes permits from the tenant ip counts as, all or nothing. When
 // the backend cannot answer, the decision is limiter.Degraded under the
-// failure mode, for the tenant ip counts as.
-func (s *Service) Acquire(ctx context.Context, ip string, permits int64) (Decision, error) {
-	bctx, cancel := s.bound(ctx)
-	d, err := s.backend.Acquire(bctx, ip, permits)
+// failure mode, for the tenant ip counts as; its span then has an Error
+// status and ratelimiter.degraded set.
+func (s *Service) Acquire(ctx context.Context, ip string, permits int64) (d Decision, err error) {
+	ctx, span := limiter.StartSpan(ctx, s.tracer, "tenant.Acquire")
+	defer func() {
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(
+				attribute.String("ratelimiter.tenant", d.Tenant),
+				attribute.Int64("ratelimiter.permits", permits),
+				attribute.Bool("ratelimiter.allowed", d.Allowed),
+				attribute.Int64("ratelimiter.remaining", d.Remaining),
+			)
+		}
+		limiter.EndSpan(span, err)
+	}()
+	bctx, cancel := s.opts.Bound(ctx)
+	d, err = s.backend.Acquire(bctx, ip, permits)
 	cancel()
-	if err == nil || !s.unavailable(ctx, err) {
+	if err == nil || !s.opts.Unavailable(ctx, err) {
 		return d, err
 	}
 	tenant, terr := s.backend.Tenant(ip)
@@ -60,39 +80,39 @@ func (s *Service) Acquire(ctx context.Context, ip string, permits int64) (Decisi
 	if err := limiter.CheckPermits(permits); err != nil {
 		return Decision{}, fmt.Errorf("tenant: acquire %s: %w", tenant, err)
 	}
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(attribute.Bool("ratelimiter.degraded", true))
 	return Decision{Tenant: tenant, Decision: limiter.Degraded(permits, s.opts.FailureMode)}, nil
 }
 
 // Available reports what the tenant ip counts as could take now. Unlike an
 // acquisition, it has no answer without the backend: its error is returned.
-func (s *Service) Available(ctx context.Context, ip string) (Availability, error) {
-	bctx, cancel := s.bound(ctx)
+func (s *Service) Available(ctx context.Context, ip string) (a Availability, err error) {
+	ctx, span := limiter.StartSpan(ctx, s.tracer, "tenant.Available")
+	defer func() {
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(
+				attribute.String("ratelimiter.tenant", a.Tenant),
+				attribute.Int64("ratelimiter.remaining", a.Remaining),
+			)
+		}
+		limiter.EndSpan(span, err)
+	}()
+	bctx, cancel := s.opts.Bound(ctx)
 	defer cancel()
 	return s.backend.Available(bctx, ip)
 }
 
 // Lowest returns up to k tenants with the fewest permits left, fewest first.
-func (s *Service) Lowest(ctx context.Context, k int) ([]Entry, error) {
-	bctx, cancel := s.bound(ctx)
+func (s *Service) Lowest(ctx context.Context, k int) (entries []Entry, err error) {
+	ctx, span := limiter.StartSpan(ctx, s.tracer, "tenant.Lowest")
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("ratelimiter.k", k), attribute.Int("ratelimiter.tenants", len(entries)))
+		}
+		limiter.EndSpan(span, err)
+	}()
+	bctx, cancel := s.opts.Bound(ctx)
 	defer cancel()
 	return s.backend.Lowest(bctx, k)
-}
-
-func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if s.opts.Timeout <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, s.opts.Timeout)
-}
-
-func (s *Service) unavailable(ctx context.Context, err error) bool {
-	// A caller that went away cut the call short, not the backend: there
-	// is no one to answer and no outage to report.
-	if !errors.Is(err, limiter.ErrUnavailable) || ctx.Err() != nil {
-		return false
-	}
-	if s.opts.OnUnavailable != nil {
-		s.opts.OnUnavailable(err)
-	}
-	return true
 }

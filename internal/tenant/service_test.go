@@ -7,6 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
@@ -105,5 +110,46 @@ func TestServicePassesThrough(t *testing.T) {
 	}
 	if got := svc.Policy(); got != reg.Policy() {
 		t.Errorf("Policy() = %+v, want %+v", got, reg.Policy())
+	}
+}
+
+// A degraded acquisition's span says so: an Error status (the backend's
+// failure) and ratelimiter.degraded, beside the decision made.
+func TestServiceDegradedSpan(t *testing.T) {
+	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	svc := tenant.NewService(downBackend{reg}, limiter.ServiceOptions{FailureMode: limiter.FailOpen, TracerProvider: tp})
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "server")
+	if d, err := svc.Acquire(ctx, "192.0.2.1", 3); err != nil || !d.Degraded {
+		t.Fatalf("Acquire: got %+v, %v; want a degraded decision", d, err)
+	}
+	parent.End()
+	spans := rec.Ended()
+	if len(spans) != 2 || spans[0].Name() != "tenant.Acquire" {
+		t.Fatalf("got %d spans, want tenant.Acquire then the server's", len(spans))
+	}
+	s := spans[0]
+	if s.Status().Code != codes.Error || s.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Errorf("span: got status %v under %s, want Error under %s", s.Status().Code, s.Parent().SpanID(), parent.SpanContext().SpanID())
+	}
+	want := map[attribute.Key]attribute.Value{
+		"ratelimiter.degraded": attribute.BoolValue(true),
+		"ratelimiter.allowed":  attribute.BoolValue(true),
+		"ratelimiter.tenant":   attribute.StringValue("192.0.2.1"),
+		"ratelimiter.permits":  attribute.Int64Value(3),
+	}
+	got := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		got[kv.Key] = kv.Value
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("attribute %s: got %v, want %v", k, got[k].Emit(), v.Emit())
+		}
 	}
 }

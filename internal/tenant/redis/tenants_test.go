@@ -24,6 +24,9 @@ var _ tenanttest.Tenants = (*Tenants)(nil)
 func TestStandalone(t *testing.T) {
 	c := newClient(t, redistest.Standalone(t))
 	t.Run("Suite", func(t *testing.T) { runSuite(t, c) })
+	t.Run("Spans", func(t *testing.T) {
+		tenanttest.RunSpans(t, func(t *testing.T, cfg tenant.Config) tenanttest.Tenants { return newTenants(t, c, cfg) })
+	})
 	t.Run("GCRAMatchesRegistry", func(t *testing.T) { testMatchesRegistry(t, c, gcraConfigs) })
 	t.Run("SlidingLogMatchesRegistry", func(t *testing.T) { testMatchesRegistry(t, c, logConfigs) })
 	t.Run("LowestMatchesRegistryAtScale", func(t *testing.T) { testLowestAtScale(t, c) })
