@@ -171,6 +171,7 @@ func (c Config) LogValue() slog.Value {
 			slog.Int64("burst", p.Burst),
 			slog.Int("ipv6_prefix", c.Tenants.IPv6Prefix),
 			slog.Int("max_tenants", c.Tenants.MaxTenants),
+			slog.Int64("max_bytes", c.Tenants.MaxBytes),
 		),
 		slog.Any("limiters", names),
 		slog.Group("redis",
@@ -266,6 +267,12 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			origins(origin, "tenant-limit", "tenant-algorithm", "tenant-burst"), err)
 	}
 	c.Tenants.Policy = c.Tenants.Policy.Normalize()
+	if c.Backend == BackendMemory {
+		if per := tenant.TenantBytes(c.Tenants.Policy); c.Tenants.MaxBytes < per {
+			return Config{}, fmt.Errorf("config: %s: %d bytes do not hold one requester, which takes up to %d bytes under the per-IP policy (%s)",
+				origin["tenant-max-bytes"], c.Tenants.MaxBytes, per, origins(origin, "tenant-limit", "tenant-algorithm"))
+		}
+	}
 
 	if c.adminTokenFile != "" {
 		if c.AdminToken != "" {

@@ -57,6 +57,7 @@ func TestDefaults(t *testing.T) {
 			Policy:     limiter.Policy{Limit: 100, Period: time.Minute, Algorithm: limiter.GCRA, Burst: 100},
 			IPv6Prefix: 64,
 			MaxTenants: 1_000_000,
+			MaxBytes:   256 << 20,
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -119,7 +120,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		"read-header-timeout": "1s", "read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s",
 		"shutdown-delay": "5s", "shutdown-timeout": "6s",
 		"tenant-limit": "10", "tenant-period": "1h", "tenant-algorithm": "sliding_log", "tenant-burst": "0",
-		"tenant-ipv6-prefix": "48", "tenant-max": "500",
+		"tenant-ipv6-prefix": "48", "tenant-max": "500", "tenant-max-bytes": "1MiB",
 		"admin-token-file": tokenFile, "config": "",
 		"redis-addrs": "a:1, b:2", "redis-username": "rl", "redis-password-file": passwordFile,
 		"redis-tls": "true", "redis-tls-ca-file": caFile, "redis-key-prefix": "rl1:",
@@ -144,7 +145,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		IdleTimeout: 4 * time.Second, ShutdownDelay: 5 * time.Second, ShutdownTimeout: 6 * time.Second,
 		Tenants: tenant.Config{
 			Policy:     limiter.Policy{Limit: 10, Period: time.Hour, Algorithm: limiter.SlidingLog},
-			IPv6Prefix: 48, MaxTenants: 500,
+			IPv6Prefix: 48, MaxTenants: 500, MaxBytes: 1 << 20,
 		},
 		adminTokenFile:    tokenFile,
 		redisPasswordFile: passwordFile,
@@ -224,6 +225,7 @@ tenants:
   burst: 5
   ipv6_prefix: 56
   max_tenants: 1000
+  max_bytes: 65536
 `)
 	c, err := Load([]string{"--config", path}, env(nil))
 	if err != nil {
@@ -239,7 +241,7 @@ tenants:
 	}
 	wantTenants := tenant.Config{
 		Policy:     limiter.Policy{Limit: 50, Period: 30 * time.Second, Algorithm: limiter.GCRA, Burst: 5},
-		IPv6Prefix: 56, MaxTenants: 1000,
+		IPv6Prefix: 56, MaxTenants: 1000, MaxBytes: 65536,
 	}
 	if c.Tenants != wantTenants {
 		t.Errorf("tenants: got %+v, want %+v", c.Tenants, wantTenants)
@@ -327,6 +329,11 @@ func TestInvalid(t *testing.T) {
 		{name: "tenant period", args: []string{"--tenant-period", "1"}, want: []string{"--tenant-period", "invalid policy"}},
 		{name: "tenant period too short", args: []string{"--tenant-period", "1us"}, want: []string{"--tenant-period", "between"}},
 		{name: "tenant algorithm", args: []string{"--tenant-algorithm", "leaky"}, want: []string{"--tenant-algorithm", `"leaky"`}},
+		{name: "tenant max bytes zero", args: []string{"--tenant-max-bytes", "0"}, want: []string{"--tenant-max-bytes", "from 1"}},
+		{name: "tenant max bytes unit", args: []string{"--tenant-max-bytes", "1MB"}, want: []string{"--tenant-max-bytes", "MiB", `"1MB"`}},
+		{name: "tenant max bytes overflow", args: []string{"--tenant-max-bytes", "9999999999GiB"}, want: []string{"--tenant-max-bytes", `"9999999999GiB"`}},
+		{name: "tenant max bytes below one requester", args: []string{"--tenant-max-bytes", "2000", "--tenant-algorithm", "sliding_log"},
+			want: []string{"--tenant-max-bytes", "2000 bytes do not hold one requester", "2208 bytes", "--tenant-algorithm"}},
 		{name: "tenant burst negative", args: []string{"--tenant-burst", "-1"}, want: []string{"--tenant-burst"}},
 		{name: "tenant burst above limit", env: map[string]string{"RATELIMITER_TENANT_BURST": "200"},
 			want: []string{"per-IP policy", "RATELIMITER_TENANT_BURST", "burst"}},

@@ -36,6 +36,7 @@ type fileTenants struct {
 	Burst      *int64  `yaml:"burst"`
 	IPv6Prefix *int64  `yaml:"ipv6_prefix"`
 	MaxTenants *int64  `yaml:"max_tenants"`
+	MaxBytes   *int64  `yaml:"max_bytes"`
 }
 
 // readFile reads and strictly decodes the config file at path.
@@ -81,6 +82,9 @@ func (t fileTenants) values() map[string]string {
 	}
 	if t.MaxTenants != nil {
 		v["tenants.max_tenants"] = itoa(*t.MaxTenants)
+	}
+	if t.MaxBytes != nil {
+		v["tenants.max_bytes"] = itoa(*t.MaxBytes)
 	}
 	return v
 }

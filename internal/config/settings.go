@@ -186,6 +186,14 @@ var settings = []setting{
 		apply: integer(func(c *Config) *int { return &c.Tenants.MaxTenants }, 1, 1_000_000_000),
 	},
 	{
+		name: "tenant-max-bytes", env: "RATELIMITER_TENANT_MAX_BYTES", file: "tenants.max_bytes", def: "256MiB", arg: "bytes", group: groupTenants,
+		usage: "Most memory the per-IP state may take under a spray of distinct addresses, in bytes or with a KiB, MiB " +
+			"or GiB suffix; lowers --tenant-max to what " +
+			"it holds at the policy's worst case per requester (memory backend: 48 bytes under GCRA; under the sliding " +
+			"log 160 plus 16 per slot of its log, a power of two at or above min(limit, 4096)).",
+		apply: byteSize(func(c *Config) *int64 { return &c.Tenants.MaxBytes }, 1, 1<<50),
+	},
+	{
 		name: "redis-addrs", env: "RATELIMITER_REDIS_ADDRS", def: "localhost:6379", arg: "host:port,...", group: groupRedis,
 		usage: "Redis server address, or comma-separated seed addresses of a Redis Cluster (the other nodes are discovered).",
 		apply: func(c *Config, v string) error {
@@ -317,6 +325,25 @@ func integer[T int | int64](field func(*Config) *T, min, max T) func(*Config, st
 			return fmt.Errorf("must be an integer from %d to %d, got %q", min, max, v)
 		}
 		*field(c) = T(n)
+		return nil
+	}
+}
+
+// byteSize stores a number of bytes from min to max into the field: a
+// decimal integer, or one followed by KiB, MiB or GiB.
+func byteSize(field func(*Config) *int64, min, max int64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		num, unit := v, int64(1)
+		for suffix, u := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+			if n, ok := strings.CutSuffix(v, suffix); ok {
+				num, unit = n, u
+			}
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n < min/unit || n > max/unit || n*unit < min {
+			return fmt.Errorf("must be a number of bytes from %d to %d (or with a KiB, MiB or GiB suffix), got %q", min, max, v)
+		}
+		*field(c) = n * unit
 		return nil
 	}
 }

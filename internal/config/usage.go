@@ -65,6 +65,7 @@ Config file (YAML; unknown keys are errors):
     burst: 0
     ipv6_prefix: 64
     max_tenants: 1000000
+    max_bytes: 268435456
 `)
 	io.WriteString(w, b.String())
 }

@@ -45,8 +45,10 @@ type ranked struct {
 }
 
 // New returns an empty Registry for cfg that reads the time from now
-// (time.Now when nil). It reports an error wrapping limiter.ErrInvalidPolicy
-// for an invalid cfg.Policy and ErrInvalidConfig for an out-of-range bound.
+// (time.Now when nil). It remembers at most Bound(cfg, TenantBytes(policy))
+// tenants. It reports an error wrapping limiter.ErrInvalidPolicy for an
+// invalid cfg.Policy and ErrInvalidConfig for an out-of-range bound,
+// including a MaxBytes too small for one tenant.
 func New(cfg Config, now func() time.Time) (*Registry, error) {
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("tenant: new: %w", err)
@@ -57,11 +59,9 @@ func New(cfg Config, now func() time.Time) (*Registry, error) {
 	if cfg.IPv6Prefix < 1 || cfg.IPv6Prefix > MaxIPv6Prefix {
 		return nil, fmt.Errorf("tenant: new: %w: IPv6 prefix must be between 1 and %d, got %d", ErrInvalidConfig, MaxIPv6Prefix, cfg.IPv6Prefix)
 	}
-	if cfg.MaxTenants == 0 {
-		cfg.MaxTenants = DefaultMaxTenants
-	}
-	if cfg.MaxTenants < 1 {
-		return nil, fmt.Errorf("tenant: new: %w: max tenants must be at least 1, got %d", ErrInvalidConfig, cfg.MaxTenants)
+	maxTenants, err := Bound(cfg, TenantBytes(cfg.Policy))
+	if err != nil {
+		return nil, fmt.Errorf("tenant: new: %w", err)
 	}
 	if now == nil {
 		now = time.Now
@@ -73,9 +73,9 @@ func New(cfg Config, now func() time.Time) (*Registry, error) {
 		now:    now,
 	}
 	if p.Algorithm == limiter.GCRA {
-		r.store = newGCRAStore(p, int64(cfg.MaxTenants))
+		r.store = newGCRAStore(p, int64(maxTenants))
 	} else {
-		r.store = newLogStore(p, int64(cfg.MaxTenants))
+		r.store = newLogStore(p, int64(maxTenants))
 	}
 	return r, nil
 }

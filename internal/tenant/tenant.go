@@ -69,10 +69,10 @@ type Config struct {
 	IPv6Prefix int
 
 	// MaxTenants bounds how many tenants are remembered at once, from 1 up;
-	// 0 means DefaultMaxTenants. Memory grows with the tenants remembered,
-	// never beyond this bound: under GCRA a tenant costs 33 to 47 bytes;
-	// under the sliding log about 200 bytes, plus 16 per grant still in its
-	// window.
+	// 0 means DefaultMaxTenants. MaxBytes may lower it. Memory grows with
+	// the tenants remembered, never beyond this bound: under GCRA a tenant
+	// costs 33 to 47 bytes; under the sliding log about 160 bytes plus its
+	// ring of grants (see TenantBytes).
 	//
 	// When a tenant not yet remembered takes permits while the registry
 	// holds MaxTenants tenants, room is made without ever freeing a tenant
@@ -96,6 +96,14 @@ type Config struct {
 	// empties first still has permits: the rule errs on the side of
 	// denying.)
 	MaxTenants int
+
+	// MaxBytes bounds, in bytes, the memory the remembered tenants take
+	// at worst under the spray of distinct addresses an attacker can send;
+	// 0 means DefaultMaxBytes. A Registry remembers at most
+	// MaxBytes / TenantBytes(Policy) tenants (and at most MaxTenants),
+	// with the rule MaxTenants describes at that bound. A backend outside
+	// this process applies it with its own cost per tenant.
+	MaxBytes int64
 }
 
 // Decision is the answer to a tenant's acquisition.
