@@ -6,8 +6,10 @@
 // A shared store reads the time from its server, so the suite never injects
 // a clock. It uses long periods (an hour) wherever nothing may replenish
 // during a test, and short ones (a few hundred milliseconds) only to see
-// permits come back, with bounds generous enough never to flake on a loaded
-// machine.
+// permits come back, checking each answer against the instants measured
+// around its call (see Elapsed): a slow machine widens those bounds, so the
+// checks neither flake nor pass vacuously. Stores with an injected clock
+// check the same behaviour at exact instants in their own tests.
 package storetest
 
 import (

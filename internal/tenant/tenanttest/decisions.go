@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/storetest"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
 
@@ -225,48 +226,77 @@ func testConcurrentAcquire(t *testing.T, newTenants func(*testing.T, tenant.Conf
 	}
 }
 
-// testReplenishment watches permits come back with a short period, and
-// the tenant leave the Lowest answer once its bucket is full. The bounds
-// are generous: the test only requires that the permits return, not before
-// they should and within seconds.
+// testReplenishment watches permits come back with a short period, never
+// before they should and within seconds, and the tenant leave the Lowest
+// answer once its bucket is full. Every answer is checked against the
+// policy's arithmetic at the instants the calls were made between (see
+// storetest.Elapsed), so the checks hold, and can fail, however slow the
+// machine.
 func testReplenishment(t *testing.T, newTenants func(*testing.T, tenant.Config) Tenants) {
 	const period = 200 * time.Millisecond
 	for _, alg := range algorithms {
 		t.Run(string(alg), func(t *testing.T) {
-			ts := newTenants(t, policy(2, period, alg))
+			cfg := policy(2, period, alg)
+			p := cfg.Policy
+			ts := newTenants(t, cfg)
 			const ip = "203.0.113.99"
-			start := time.Now()
+			t0 := time.Now()
 			d := acquire(t, ts, ip, 2)
+			t1 := time.Now()
 			if !d.Allowed || d.ResetAfter != period {
 				t.Fatalf("Acquire 2 of 2: got %+v, want allowed, full again after %s", d, period)
 			}
+
+			ta := time.Now()
 			es := lowest(t, ts, 5)
-			if elapsed := time.Since(start); elapsed < period/2 && (len(es) != 1 || es[0].Tenant != ip || es[0].Remaining != 0) {
-				t.Errorf("Lowest(5) right after: got %+v, want %s with nothing left", es, ip)
+			e := storetest.Since(t0, t1, ta, time.Now())
+			switch {
+			case len(es) == 0:
+				// Only once the bucket is full again.
+				if e.Max < period {
+					t.Errorf("Lowest(5) %s to %s after the grant: got no tenant, want %s", e.Min, e.Max, ip)
+				}
+			case len(es) != 1 || es[0].Tenant != ip:
+				t.Errorf("Lowest(5): got %+v, want %s alone", es, ip)
+			default:
+				lo, hi := e.Remaining(p)
+				rlo, rhi := e.Until(period)
+				if es[0].Remaining < lo || es[0].Remaining > hi || es[0].ResetAfter < rlo || es[0].ResetAfter > rhi {
+					t.Errorf("Lowest(5) %s to %s after the grant: got %+v, want %d to %d left, reset in %s to %s", e.Min, e.Max, es[0], lo, hi, rlo, rhi)
+				}
 			}
+
+			ta = time.Now()
 			d = acquire(t, ts, ip, 2)
-			if elapsed := time.Since(start); d.Allowed && elapsed < period/2 {
-				t.Fatalf("4 permits granted within %s with 2 per %s", elapsed, period)
+			e = storetest.Since(t0, t1, ta, time.Now())
+			if d.Allowed {
+				// Only once the first grant has left the window.
+				if e.Max < period {
+					t.Fatalf("4 permits granted within %s with 2 per %s", e.Max, period)
+				}
+				t0, t1 = ta, time.Now()
+			} else if lo, hi := e.Until(period); d.RetryAfter < lo || d.RetryAfter > hi || d.RetryAfter <= 0 {
+				t.Errorf("Acquire 2 of none: got %+v, want a retry time from %s to %s", d, lo, hi)
 			}
-			if !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > period) {
-				t.Errorf("Acquire 2 of none: got %+v, want a retry time within %s", d, period)
-			}
-			deadline := start.Add(5 * time.Second)
+
+			deadline := t0.Add(5 * time.Second)
 			for {
+				ta := time.Now()
 				a := available(t, ts, ip)
+				e := storetest.Since(t0, t1, ta, time.Now())
+				if lo, hi := e.Remaining(p); a.Remaining < lo || a.Remaining > hi {
+					t.Fatalf("Available after %s to %s: got %d remaining, want %d to %d", e.Min, e.Max, a.Remaining, lo, hi)
+				}
+				if lo, hi := e.Until(period); a.ResetAfter < lo || a.ResetAfter > hi {
+					t.Fatalf("Available after %s to %s: got reset after %s, want %s to %s", e.Min, e.Max, a.ResetAfter, lo, hi)
+				}
 				if a.Remaining == 2 {
-					if a.ResetAfter != 0 {
-						t.Errorf("full again: got %+v, want no time to reset", a)
-					}
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("permits not back after %s: %+v", time.Since(start), a)
+					t.Fatalf("permits not back after %s: %+v", time.Since(t0), a)
 				}
 				time.Sleep(10 * time.Millisecond)
-			}
-			if elapsed := time.Since(start); elapsed < period*3/4 {
-				t.Errorf("permits back after %s, want no sooner than about %s", elapsed, period)
 			}
 			if es := lowest(t, ts, 5); len(es) != 0 {
 				t.Errorf("Lowest(5) once the bucket is full again: got %+v, want no tenant", es)

@@ -7,8 +7,9 @@
 // A shared backend reads the time from its server, so the suite never
 // injects a clock. It uses long periods (an hour) wherever nothing may
 // replenish during a test, and short ones (a few hundred milliseconds) only
-// to see permits come back, with bounds generous enough never to flake on
-// a loaded machine. Where two tenants tie, the one that acquired later also
+// to see permits come back, checking each answer against the instants
+// measured around its call (see storetest.Elapsed), so that the checks
+// neither flake nor pass vacuously on a slow machine. Where two tenants tie, the one that acquired later also
 // has the smaller key, so the expected order holds even if the clock did
 // not move between the two acquisitions.
 package tenanttest
