@@ -73,12 +73,8 @@ func checkName(name string) string {
 		return "must be at least 1 character long"
 	case len(name) > limiter.MaxNameLen:
 		return fmt.Sprintf("must be at most %d characters long", limiter.MaxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '-')) {
-			return "must match the pattern " + namePattern
-		}
+	case !limiter.ValidName(name):
+		return "must match the pattern " + namePattern
 	}
 	return ""
 }

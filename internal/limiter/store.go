@@ -42,7 +42,7 @@ const MaxNameLen = 128
 // letters, digits, '.', '_' or '-', starting with a letter or digit. The error
 // wraps ErrInvalidName.
 func CheckName(name string) error {
-	if !validName(name) {
+	if !ValidName(name) {
 		return fmt.Errorf("%w: %q must be 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidName, truncate(name, MaxNameLen+1), MaxNameLen)
 	}
 	return nil
@@ -55,9 +55,10 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// validName is the rule of CheckName, without the cost of a regular
-// expression on the hot path.
-func validName(name string) bool {
+// ValidName reports whether name can name a limiter, by the rule CheckName
+// states, without building an error: the rule's one home, for callers that
+// word their own message. It costs no allocation.
+func ValidName(name string) bool {
 	if len(name) == 0 || len(name) > MaxNameLen {
 		return false
 	}
