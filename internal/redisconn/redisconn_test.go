@@ -1,4 +1,4 @@
-package main
+package redisconn
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // rueidis opens 2^PipelineMultiplex connections per node; 0 is its default,
 // chosen by GOMAXPROCS for a standalone server, and a negative value one
 // connection.
-func TestRedisOptionsPipelineMultiplex(t *testing.T) {
+func TestOptionsPipelineMultiplex(t *testing.T) {
 	tests := []struct {
 		name string
 		n    int
@@ -30,9 +30,9 @@ func TestRedisOptionsPipelineMultiplex(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts, err := redisOptions(config.Redis{Addrs: []string{"redis:6379"}, ConnsPerNode: tt.n})
+			opts, err := Options(config.Redis{Addrs: []string{"redis:6379"}, ConnsPerNode: tt.n})
 			if err != nil {
-				t.Fatalf("redisOptions: %v", err)
+				t.Fatalf("Options: %v", err)
 			}
 			if opts.PipelineMultiplex != tt.want {
 				t.Errorf("ConnsPerNode %d: got PipelineMultiplex %d, want %d", tt.n, opts.PipelineMultiplex, tt.want)
