@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,11 @@ type backend struct {
 	// close releases the backend once the server has stopped.
 	close func()
 }
+
+// declaredInterval is how often the Redis backend checks that the limiters
+// of the config file are in Redis. Decisions on a missing one create it at
+// once; the check brings back the others, for List.
+const declaredInterval = 5 * time.Second
 
 // newBackend builds the configured backend. The Redis backend starts even
 // while Redis is unreachable, and connects in the background until ctx is
@@ -118,8 +124,12 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 			logger.Error("Redis backend unusable", "error", err)
 			return
 		}
-		store.Declare(cctx, logger.With("file", cfg.ConfigFile))
+		declared := logger.With("file", cfg.ConfigFile)
+		store.Declare(cctx, declared)
+		var keep sync.WaitGroup
+		keep.Go(func() { store.Keep(cctx, declaredInterval, declared) })
 		redisconn.Watch(cctx, client, &up, cfg.Redis, logger)
+		keep.Wait()
 	}()
 	return b, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/bits"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -284,4 +286,89 @@ func TestRedisServesThroughShutdownDelay(t *testing.T) {
 		t.Errorf("acquire during the shutdown delay: got %+v, want a grant from Redis", d)
 	}
 	waitRun(t, done)
+}
+
+// emptyRedis empties the Redis at addr as a restart without persistence
+// would: every key and every loaded script gone.
+func emptyRedis(t *testing.T, addr string) {
+	t.Helper()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, PipelineMultiplex: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	for _, cmd := range []rueidis.Completed{rc.B().Flushall().Build(), rc.B().ScriptFlush().Build()} {
+		if err := rc.Do(t.Context(), cmd).Error(); err != nil {
+			t.Fatalf("empty Redis: %v", err)
+		}
+	}
+}
+
+// Limiters declared in the config file outlive a Redis that restarts empty:
+// acquisitions on them find them again at once, batches and availability
+// too, and List shows them again.
+func TestRedisRestartedEmptyKeepsDeclaredLimiters(t *testing.T) {
+	addr := redistest.Standalone(t)
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	declared := "limiters:\n  - {name: declared, limit: 1000, period: 1h}\n  - {name: logged, limit: 1000, period: 1h, algorithm: sliding_log}\n"
+	if err := os.WriteFile(cfg, []byte(declared), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := replica(t, addr, map[string]string{"RATELIMITER_CONFIG": cfg})
+	acquire(t, c, "declared", 1)
+
+	emptyRedis(t, addr)
+	notFound := 0
+	for range 100 {
+		permits := int64(1)
+		res, err := c.AcquireWithResponse(t.Context(), "declared", client.AcquireRequest{Permits: &permits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case res.StatusCode() == http.StatusNotFound:
+			notFound++
+		case res.JSON200 == nil || !res.JSON200.Allowed || res.JSON200.Degraded != nil:
+			t.Fatalf("acquire after Redis emptied: got %s %s, want a grant from Redis", res.Status(), res.Body)
+		}
+	}
+	if notFound != 0 {
+		t.Errorf("got %d of 100 acquisitions answered 404 after Redis emptied, want 0", notFound)
+	}
+
+	emptyRedis(t, addr)
+	batch, err := c.AcquireBatchWithResponse(t.Context(), client.BatchAcquireRequest{Acquisitions: []client.BatchAcquisition{{Limiter: "logged"}, {Limiter: "nowhere"}, {Limiter: "logged"}}})
+	if err != nil || batch.JSON200 == nil {
+		t.Fatalf("batch after Redis emptied: %v %v", batch, err)
+	}
+	for i, want := range []int32{200, 404, 200} {
+		if got := batch.JSON200.Results[i].Status; got != want {
+			t.Errorf("batch result %d after Redis emptied: got status %d, want %d", i, got, want)
+		}
+	}
+	emptyRedis(t, addr)
+	av, err := c.GetAvailableWithResponse(t.Context(), "logged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if av.JSON200 == nil || av.JSON200.Remaining != 1000 {
+		t.Errorf("available after Redis emptied: got %s %s, want a full limiter", av.Status(), av.Body)
+	}
+
+	// Nothing acquires "logged" now: the periodic check brings it back.
+	emptyRedis(t, addr)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list, err := c.ListLimitersWithResponse(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if list.JSON200 != nil && len(list.JSON200.Items) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list 30s after Redis emptied: got %s %s, want both declared limiters", list.Status(), list.Body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -20,21 +19,37 @@ var ErrNotConnected = fmt.Errorf("%w: not connected to Redis yet", limiter.ErrUn
 
 // Lazy is a limiter.BatchStore for a service that starts before Redis
 // answers: every call fails with ErrNotConnected until Set gives it the
-// Store, then goes to that Store. It also holds the limiters the service
-// declares in its own configuration (see Declare). It is safe for
-// concurrent use; Set may be called at any time.
+// Store, then goes to that Store. It is safe for concurrent use; Set may
+// be called at any time.
+//
+// Lazy also keeps the limiters the service declares in its own
+// configuration. They are kept in Redis like any other, so a Redis that
+// restarts empty (no persistence, or a failover to an empty replica) loses
+// them while the service still advertises them. Lazy brings them back by
+// the rule "declared means created if absent": Declare puts them when the
+// service starts; then a call that finds one missing (Acquire,
+// AcquireBatch, Available, Get) creates it and is made again, and Keep
+// looks for all of them periodically. Creating if absent never reverts a
+// declared limiter that an API caller replaced. One that an API caller
+// deleted comes back by the same rule, at its next use or check: a
+// declared limiter is removed by removing it from the configuration.
 type Lazy struct {
 	p        atomic.Pointer[Store]
 	declared []limiter.Definition
+	byName   map[string]limiter.Definition // declared, by name
 	timeout  time.Duration
 }
 
 // NewLazy returns a Lazy store, unset, for a service whose configuration
 // declares the limiters in declared (which may be empty; it is kept as
-// given). Each call Declare makes to Redis waits at most timeout, or without
-// bound when timeout <= 0.
+// given). Each call Declare and Keep make to Redis waits at most timeout,
+// or without bound when timeout <= 0.
 func NewLazy(declared []limiter.Definition, timeout time.Duration) *Lazy {
-	return &Lazy{declared: declared, timeout: timeout}
+	byName := make(map[string]limiter.Definition, len(declared))
+	for _, def := range declared {
+		byName[def.Name] = def
+	}
+	return &Lazy{declared: declared, byName: byName, timeout: timeout}
 }
 
 // bound applies l's timeout to a call it makes of its own accord.
@@ -55,32 +70,6 @@ func (l *Lazy) get() (*Store, error) {
 	return nil, ErrNotConnected
 }
 
-// Declare puts each declared limiter, so that the configuration's policy
-// replaces any other: a replica that starts with a changed configuration
-// applies it. It retries a limiter every second while Redis cannot answer,
-// and logs one that fails otherwise, until ctx is done.
-func (l *Lazy) Declare(ctx context.Context, logger *slog.Logger) {
-	for _, def := range l.declared {
-		for {
-			pctx, cancel := l.bound(ctx)
-			_, err := l.Put(pctx, def)
-			cancel()
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, limiter.ErrUnavailable) || ctx.Err() != nil {
-				logger.Error("limiter from the config file not created", "name", def.Name, "error", err)
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}
-}
-
 // Put implements limiter.Store.
 func (l *Lazy) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 	st, err := l.get()
@@ -96,7 +85,11 @@ func (l *Lazy) Get(ctx context.Context, name string) (limiter.Definition, error)
 	if err != nil {
 		return limiter.Definition{}, err
 	}
-	return st.Get(ctx, name)
+	def, err := st.Get(ctx, name)
+	if l.restore(ctx, st, name, err) {
+		def, err = st.Get(ctx, name)
+	}
+	return def, err
 }
 
 // List implements limiter.Store.
@@ -123,7 +116,11 @@ func (l *Lazy) Acquire(ctx context.Context, name string, permits int64) (limiter
 	if err != nil {
 		return limiter.Decision{}, err
 	}
-	return st.Acquire(ctx, name, permits)
+	d, err := st.Acquire(ctx, name, permits)
+	if l.restore(ctx, st, name, err) {
+		d, err = st.Acquire(ctx, name, permits)
+	}
+	return d, err
 }
 
 // AcquireBatch implements limiter.BatchStore.
@@ -136,6 +133,15 @@ func (l *Lazy) AcquireBatch(ctx context.Context, reqs []limiter.Request, out []l
 		return
 	}
 	st.AcquireBatch(ctx, reqs, out)
+	if len(l.byName) == 0 {
+		return
+	}
+	for i := range out {
+		if errors.Is(out[i].Err, limiter.ErrNotFound) {
+			l.restoreBatch(ctx, st, reqs, out)
+			return
+		}
+	}
 }
 
 // Available implements limiter.Store.
@@ -144,5 +150,9 @@ func (l *Lazy) Available(ctx context.Context, name string) (limiter.Availability
 	if err != nil {
 		return limiter.Availability{}, err
 	}
-	return st.Available(ctx, name)
+	a, err := st.Available(ctx, name)
+	if l.restore(ctx, st, name, err) {
+		a, err = st.Available(ctx, name)
+	}
+	return a, err
 }

@@ -22,19 +22,27 @@ var (
 	putLua string
 	//go:embed lua/delete.lua
 	deleteLua string
+	//go:embed lua/create.lua
+	createLua string
 
 	// A script cannot load another, so both decisions carry the shared
 	// arithmetic in front of their own code.
 	acquireSource = libLua + "\n" + acquireLua
 	acquireScript = rueidis.NewLuaScript(acquireSource)
 	// acquireSHA1 names acquireSource in the EVALSHA commands AcquireBatch
-	// pipelines itself: rueidis.Lua keeps its digest to itself.
-	acquireSHA1 = func() string {
-		sum := sha1.Sum([]byte(acquireSource))
-		return hex.EncodeToString(sum[:])
-	}()
+	// pipelines itself: rueidis.Lua keeps its digest to itself, and its
+	// ExecMulti sends SCRIPT LOAD to every node first (see AcquireBatch).
+	acquireSHA1 = digest(acquireSource)
 	// availableScript writes nothing, so it runs as EVALSHA_RO / EVAL_RO.
 	availableScript = rueidis.NewLuaScriptReadOnly(libLua + "\n" + availableLua)
 	putScript       = rueidis.NewLuaScript(putLua)
 	deleteScript    = rueidis.NewLuaScript(deleteLua)
+	// createSHA1 names createLua in the EVALSHA commands Create pipelines.
+	createSHA1 = digest(createLua)
 )
+
+// digest is the SHA-1 digest by which EVALSHA names a script's source.
+func digest(source string) string {
+	sum := sha1.Sum([]byte(source))
+	return hex.EncodeToString(sum[:])
+}

@@ -35,6 +35,10 @@ func TestStandalone(t *testing.T) {
 	t.Run("ListSkipsStaleNames", func(t *testing.T) { testListSkipsStaleNames(t, c) })
 	t.Run("AcquireCall", func(t *testing.T) { testAcquireCall(t, c) })
 	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
+	t.Run("Create", func(t *testing.T) { testCreate(t, c) })
+	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
+	t.Run("RestoreBatchKeepsOrder", func(t *testing.T) { testRestoreBatchKeepsOrder(t, c) })
+	t.Run("Keep", func(t *testing.T) { testKeep(t, c) })
 }
 
 // AcquireCall replayed as a plain EVALSHA takes permits from the limiter
@@ -133,6 +137,8 @@ func TestCluster(t *testing.T) {
 		}
 	})
 	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
+	t.Run("Create", func(t *testing.T) { testCreate(t, c) })
+	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
 }
 
 func newClient(t testing.TB, addrs ...string) rueidis.Client {

@@ -1,0 +1,195 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// Create creates each limiter of defs that does not exist, and leaves any
+// that does exist as it is, whatever its policy: it never reverts a limiter
+// replaced since, as Put would. It returns the names it created, in the
+// order of defs. Each def must be valid (limiter.CheckName,
+// Policy.Validate); Create does not check.
+//
+// All of it takes one pipelined round trip: one script per limiter, which
+// writes its definition if absent, atomically, then one ZADD of every name
+// to the index, so that a limiter whose name an interrupted call left out
+// of List is listed again. (If the server lost its scripts, those answered
+// NOSCRIPT are sent again with their source.) The error wraps
+// ErrUnavailable, for the first limiter Redis did not create or confirm;
+// the others' answers stand.
+func (s *Store) Create(ctx context.Context, defs ...limiter.Definition) (created []string, err error) {
+	if len(defs) == 0 {
+		return nil, nil
+	}
+	c := s.client
+	cmds := make(rueidis.Commands, len(defs))
+	for i, def := range defs {
+		keys := s.keys(def.Name)
+		cmds[i] = c.B().Evalsha().Sha1(createSHA1).Numkeys(int64(len(keys))).
+			Key(keys...).Arg(definitionArgs(def.Policy.Normalize())...).Build()
+	}
+	replies := c.DoMulti(ctx, cmds...)
+	// Creating is idempotent, so any reply answered NOSCRIPT runs again,
+	// in any order.
+	var again []int
+	for i, reply := range replies {
+		if isNoScript(reply) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		evals := make(rueidis.Commands, len(again))
+		for k, i := range again {
+			keys := s.keys(defs[i].Name)
+			evals[k] = c.B().Eval().Script(createLua).Numkeys(int64(len(keys))).
+				Key(keys...).Arg(definitionArgs(defs[i].Policy.Normalize())...).Build()
+		}
+		for k, reply := range c.DoMulti(ctx, evals...) {
+			replies[again[k]] = reply
+		}
+	}
+	for i, reply := range replies {
+		n, rerr := reply.AsInt64()
+		switch {
+		case rerr != nil && err == nil:
+			err = unavailable("create", defs[i].Name, rerr)
+		case rerr == nil && n == 1:
+			created = append(created, defs[i].Name)
+		}
+	}
+	// The index after the definitions, as Put orders them (see Delete).
+	zadd := c.B().Zadd().Key(s.names).ScoreMember()
+	for _, def := range defs {
+		zadd = zadd.ScoreMember(0, def.Name)
+	}
+	if zerr := c.Do(ctx, zadd.Build()).Error(); zerr != nil && err == nil {
+		err = unavailable("create", defs[0].Name, zerr)
+	}
+	return created, err
+}
+
+// Declare puts each declared limiter, so that the configuration's policy
+// replaces any other: a replica that starts with a changed configuration
+// applies it. It retries a limiter every second while Redis cannot answer,
+// and logs one that fails otherwise, until ctx is done.
+func (l *Lazy) Declare(ctx context.Context, logger *slog.Logger) {
+	for _, def := range l.declared {
+		for {
+			pctx, cancel := l.bound(ctx)
+			_, err := l.Put(pctx, def)
+			cancel()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, limiter.ErrUnavailable) || ctx.Err() != nil {
+				logger.Error("limiter from the config file not created", "name", def.Name, "error", err)
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// Keep checks every interval, until ctx is done, that each declared
+// limiter exists, and creates those that do not (see Store.Create: one
+// round trip, a tiny script per declared limiter); it logs the names it
+// created, which tell that Redis lost them. A check Redis cannot answer is
+// left to the next: the health watch reports outages. With no declared
+// limiters Keep returns at once.
+func (l *Lazy) Keep(ctx context.Context, interval time.Duration, logger *slog.Logger) {
+	if len(l.declared) == 0 {
+		return
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		st, err := l.get()
+		if err != nil {
+			continue
+		}
+		cctx, cancel := l.bound(ctx)
+		created, _ := st.Create(cctx, l.declared...)
+		cancel()
+		if len(created) > 0 {
+			logger.Warn("declared limiters were missing from Redis and are created again", "names", created)
+		}
+	}
+}
+
+// restore creates name's limiter if it is declared and absent, after a
+// call on st found it missing, and reports whether the call should be made
+// again: whether the limiter exists now.
+func (l *Lazy) restore(ctx context.Context, st *Store, name string, err error) bool {
+	if !errors.Is(err, limiter.ErrNotFound) {
+		return false
+	}
+	def, ok := l.byName[name]
+	if !ok {
+		return false
+	}
+	_, cerr := st.Create(ctx, def)
+	return cerr == nil
+}
+
+// restoreBatch is restore for a batch that st decided into out: it
+// creates the missing declared limiters and decides their requests again.
+// A limiter that one of the batch's requests found and another did not
+// (created meanwhile by another caller) keeps its results: deciding the
+// missing ones now would decide them after later requests on the same
+// limiter, against the batch's order.
+func (l *Lazy) restoreBatch(ctx context.Context, st *Store, reqs []limiter.Request, out []limiter.Result) {
+	missing := make(map[string]bool) // declared limiters found missing by every request on them
+	for i, r := range reqs {
+		_, declared := l.byName[r.Name]
+		if !declared {
+			continue
+		}
+		gone := errors.Is(out[i].Err, limiter.ErrNotFound)
+		if was, seen := missing[r.Name]; !seen || was {
+			missing[r.Name] = gone
+		}
+	}
+	var defs []limiter.Definition
+	for name, gone := range missing {
+		if gone {
+			defs = append(defs, l.byName[name])
+		}
+	}
+	if len(defs) == 0 {
+		return
+	}
+	if _, err := st.Create(ctx, defs...); err != nil {
+		return
+	}
+	var again []int
+	for i, r := range reqs {
+		if missing[r.Name] {
+			again = append(again, i)
+		}
+	}
+	sub := make([]limiter.Request, len(again))
+	for k, i := range again {
+		sub[k] = reqs[i]
+	}
+	res := make([]limiter.Result, len(again))
+	st.AcquireBatch(ctx, sub, res)
+	for k, i := range again {
+		out[i] = res[k]
+	}
+}
