@@ -81,7 +81,7 @@ func inprocComparison(cfg config, _ *redisRig, rep *report) error {
 	}
 	sec := rep.section("In process: limiter libraries, one key and many keys")
 	procs := runtime.GOMAXPROCS(0)
-	sec.printf("Each system runs inside the harness's process, called through the same closure from 1 goroutine (serial) or from GOMAXPROCS = %d goroutines (parallel), each run lasting %s; a fresh instance of every system per round, %d interleaved rounds (A B C … A B C …), median (min–max). ns/op is wall time per call (in parallel runs, with all goroutines busy); allocs/op counts every allocation of the process during the run. A garbage collection runs before every timed run. Every call reads the clock with `time.Now()` (throttled reads it in its store, go-limiter reads it itself with a cheaper `time.now` linkname), and every call is checked to be granted: a single denial or error fails the comparison, with one exception: throttled gives up on a call with an error after 10 compare-and-swap attempts (its default) when other callers keep changing the same key, and those calls are counted and shown as *failed* beside its ns/op.\n\n",
+	sec.printf("Each system runs inside the harness's process, called through the same closure from 1 goroutine (serial) or from GOMAXPROCS = %d goroutines (parallel), each run lasting %s; a fresh instance of every system per round, %d interleaved rounds (A B C … A B C …), median (min–max). ns/op is wall time per call (in parallel runs, with all goroutines busy); allocs/op counts every allocation of the process during the run. A garbage collection runs before every timed run. Every call reads the clock: ratelimiter's limiter and tenant registry through `limiter.Clock`, as the service does (one monotonic read), the others with `time.Now()` (throttled reads it in its store, go-limiter reads it itself with a cheaper `time.now` linkname), and every call is checked to be granted: a single denial or error fails the comparison, with one exception: throttled gives up on a call with an error after 10 compare-and-swap attempts (its default) when other callers keep changing the same key, and those calls are counted and shown as *failed* beside its ns/op.\n\n",
 		procs, d, cfg.rounds)
 	sec.printf("Systems: this project's `internal/limiter` (GCRA) and `internal/tenant` registry, from this checkout; golang.org/x/time/rate %s; github.com/sethvargo/go-limiter %s (memorystore, whose buckets refill once per interval); github.com/throttled/throttled/v2 %s (GCRA limiter on memstore without a key bound: a plain map under a sync.RWMutex, its fastest form). Policy, for all of them: %s permits per %s, burst %s, a limit no run reaches.\n\n",
 		modVersion("golang.org/x/time"), modVersion("github.com/sethvargo/go-limiter"), modVersion("github.com/throttled/throttled/v2"),
@@ -120,8 +120,9 @@ func oneKey(cfg config, sec *section, rep *report, d time.Duration) error {
 			if err != nil {
 				return nil, nil, err
 			}
+			clock := limiter.NewClock()
 			return func() (bool, error) {
-				dec, err := l.Acquire(time.Now(), 1)
+				dec, err := l.Acquire(clock.Now(), 1)
 				return dec.Allowed, err
 			}, func() {}, nil
 		}},
@@ -244,7 +245,7 @@ func manyKeys(cfg config, sec *section, rep *report, d time.Duration, n, seqLen 
 	policy := limiter.Policy{Limit: inprocLimit, Period: inprocPeriod}
 	systems := []keyedSystem{
 		{"ratelimiter `tenant.Registry.Acquire`", func() (keyed, error) {
-			r, err := tenant.New(tenant.Config{Policy: policy}, time.Now)
+			r, err := tenant.New(tenant.Config{Policy: policy}, nil)
 			if err != nil {
 				return keyed{}, err
 			}

@@ -28,7 +28,7 @@ func lowestVsScan(cfg config, sec *section, rep *report, d time.Duration, ns []i
 	pairs := make([]*pair, len(ns))
 	for i, n := range ns {
 		var at atomic.Int64
-		r, err := tenant.New(tenant.Config{Policy: policy}, func() time.Time { return time.Unix(0, at.Load()) })
+		r, err := tenant.New(tenant.Config{Policy: policy}, limiter.NewClockAt(time.Unix(0, 0), func() time.Duration { return time.Duration(at.Load()) }))
 		if err != nil {
 			return err
 		}

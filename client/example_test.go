@@ -16,12 +16,12 @@ import (
 
 // startServer runs a ratelimiter server in the process, for the example.
 func startServer() *httptest.Server {
-	tenants, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 100, Period: time.Minute}}, time.Now)
+	tenants, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 100, Period: time.Minute}}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
 	h, err := httpapi.New(httpapi.Options{
-		Limiters: limiter.NewService(memory.New(time.Now)),
+		Limiters: limiter.NewService(memory.New(nil)),
 		Tenants:  tenants,
 	})
 	if err != nil {

@@ -43,12 +43,12 @@ const declaredInterval = 5 * time.Second
 // done: meanwhile decisions follow the failure mode, as in any outage.
 func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*backend, error) {
 	if cfg.Backend != config.BackendRedis {
-		registry, err := tenant.New(cfg.Tenants, time.Now)
+		registry, err := tenant.New(cfg.Tenants, nil)
 		if err != nil {
 			return nil, &configError{fmt.Errorf("per-IP policy: %w", err)}
 		}
 		b := &backend{
-			limiters: limiter.NewService(memory.New(time.Now)),
+			limiters: limiter.NewService(memory.New(nil)),
 			tenants:  tenant.NewService(registry, limiter.ServiceOptions{}),
 			registry: registry,
 			healthy:  func() bool { return true },

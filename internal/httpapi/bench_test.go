@@ -49,11 +49,11 @@ func BenchmarkAcquireHTTP(b *testing.B) {
 
 func benchOptions(b *testing.B) Options {
 	b.Helper()
-	limiters := limiter.NewService(memory.New(time.Now))
+	limiters := limiter.NewService(memory.New(nil))
 	if _, err := limiters.Put(b.Context(), limiter.Definition{Name: "bench", Policy: limiter.Policy{Limit: limiter.MaxLimit, Period: time.Millisecond}}); err != nil {
 		b.Fatal(err)
 	}
-	tenants, err := tenant.New(tenant.Config{Policy: tenantPolicy}, time.Now)
+	tenants, err := tenant.New(tenant.Config{Policy: tenantPolicy}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -46,7 +45,7 @@ func TestDegradedDecisions(t *testing.T) {
 			reader := sdkmetric.NewManualReader()
 			e := newEnv(t, func(o *Options) {
 				o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-				reg, err := tenant.New(tenant.Config{Policy: tenantPolicy}, time.Now)
+				reg, err := tenant.New(tenant.Config{Policy: tenantPolicy}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

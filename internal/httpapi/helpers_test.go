@@ -14,29 +14,15 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/client"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/clocktest"
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
 
 // clock is a manual clock shared by the store and the tenant registry.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock = clocktest.Clock
 
-func newClock() *clock { return &clock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *clock { return clocktest.New(time.Unix(1_700_000_000, 0)) }
 
 // tenantPolicy is the per-IP policy of the test servers.
 var tenantPolicy = limiter.Policy{Limit: 100, Period: time.Minute}
@@ -62,9 +48,9 @@ func newEnv(t *testing.T, edit func(*Options)) *env {
 func newEnvWith(t *testing.T, set settings, edit func(*Options)) *env {
 	t.Helper()
 	e := &env{t: t, clock: newClock(), log: new(strings.Builder)}
-	e.limiters = limiter.NewService(memory.New(e.clock.Now))
+	e.limiters = limiter.NewService(memory.New(e.clock.Limiter()))
 	var err error
-	e.tenants, err = tenant.New(tenant.Config{Policy: tenantPolicy}, e.clock.Now)
+	e.tenants, err = tenant.New(tenant.Config{Policy: tenantPolicy}, e.clock.Limiter())
 	if err != nil {
 		t.Fatalf("tenant.New: %v", err)
 	}

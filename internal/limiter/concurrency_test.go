@@ -22,7 +22,7 @@ func TestConcurrentAcquireGrantsExactlyTheCapacity(t *testing.T) {
 				wg.Go(func() {
 					for i := range 200 {
 						n := int64(1 + (g+i)%3)
-						d, err := l.Acquire(t0, n)
+						d, err := l.Acquire(limiter.Nanos(t0), n)
 						if err != nil {
 							t.Error(err)
 							return
@@ -40,7 +40,7 @@ func TestConcurrentAcquireGrantsExactlyTheCapacity(t *testing.T) {
 			if got > limit || got < limit-2 {
 				t.Errorf("granted %d permits, want %d (at most 2 short)", got, limit)
 			}
-			if rem := l.Available(t0).Remaining; got+rem != limit {
+			if rem := l.Available(limiter.Nanos(t0)).Remaining; got+rem != limit {
 				t.Errorf("granted %d + remaining %d, want %d", got, rem, limit)
 			}
 		})

@@ -22,7 +22,7 @@ func mustNew(t *testing.T, p limiter.Policy) *limiter.Limiter {
 
 func acquire(t *testing.T, l *limiter.Limiter, now time.Time, n int64) limiter.Decision {
 	t.Helper()
-	d, err := l.Acquire(now, n)
+	d, err := l.Acquire(limiter.Nanos(now), n)
 	if err != nil {
 		t.Fatalf("Acquire(%d): %v", n, err)
 	}
@@ -41,21 +41,21 @@ func TestSeedExamples(t *testing.T) {
 			if d.Allowed || !d.ExceedsCapacity || d.RetryAfter != 0 {
 				t.Errorf("acquire 10 of 9: got %+v, want denied, exceeds capacity, no retry time", d)
 			}
-			if got := l.Available(t0).Remaining; got != 9 {
+			if got := l.Available(limiter.Nanos(t0)).Remaining; got != 9 {
 				t.Errorf("after denied 10: available = %d, want 9 (nothing recorded)", got)
 			}
 			d = acquire(t, l, t0, 5)
 			if !d.Allowed || d.Remaining != 4 {
 				t.Errorf("acquire 5 of 9: got %+v, want allowed with 4 remaining", d)
 			}
-			if got := l.Available(t0).Remaining; got != 4 {
+			if got := l.Available(limiter.Nanos(t0)).Remaining; got != 4 {
 				t.Errorf("5/9 used: available = %d, want 4", got)
 			}
 			d = acquire(t, l, t0, 5)
 			if d.Allowed || d.ExceedsCapacity || d.RetryAfter <= 0 || d.Remaining != 4 {
 				t.Errorf("acquire 5 with 4 left: got %+v, want denied with a retry time and 4 remaining", d)
 			}
-			if got := l.Available(t0).Remaining; got != 4 {
+			if got := l.Available(limiter.Nanos(t0)).Remaining; got != 4 {
 				t.Errorf("after denied 5: available = %d, want 4", got)
 			}
 			// Waiting the advertised retry time makes the same request succeed.
@@ -85,7 +85,7 @@ func TestReplenishment(t *testing.T) {
 			if d := acquire(t, l, t0, 10); !d.Allowed || d.ResetAfter != 10*time.Second {
 				t.Fatalf("acquire 10: got %+v, want allowed, reset after 10s", d)
 			}
-			if got := l.Available(t0.Add(tt.wait)).Remaining; got != tt.available {
+			if got := l.Available(limiter.Nanos(t0.Add(tt.wait))).Remaining; got != tt.available {
 				t.Errorf("available after %s: got %d, want %d", tt.wait, got, tt.available)
 			}
 		})
@@ -144,10 +144,10 @@ func TestValidate(t *testing.T) {
 func TestInvalidPermitsChangeNothing(t *testing.T) {
 	for _, n := range []int64{0, -1, math.MinInt64, limiter.MaxLimit + 1, math.MaxInt64} {
 		l := mustNew(t, limiter.Policy{Limit: 9, Period: time.Minute})
-		if _, err := l.Acquire(t0, n); !errors.Is(err, limiter.ErrInvalidPermits) {
+		if _, err := l.Acquire(limiter.Nanos(t0), n); !errors.Is(err, limiter.ErrInvalidPermits) {
 			t.Errorf("Acquire(%d): got %v, want ErrInvalidPermits", n, err)
 		}
-		if got := l.Available(t0).Remaining; got != 9 {
+		if got := l.Available(limiter.Nanos(t0)).Remaining; got != 9 {
 			t.Errorf("after Acquire(%d): available %d, want 9", n, got)
 		}
 	}
@@ -170,7 +170,7 @@ func TestArithmeticEdges(t *testing.T) {
 	for _, p := range policies {
 		for _, now := range times {
 			l := mustNew(t, p)
-			if got := l.Available(now).Remaining; got != p.Limit {
+			if got := l.Available(limiter.Nanos(now)).Remaining; got != p.Limit {
 				t.Errorf("%+v at %v: fresh available %d, want %d", p, now, got, p.Limit)
 			}
 			d := acquire(t, l, now, p.Limit)
@@ -184,7 +184,7 @@ func TestArithmeticEdges(t *testing.T) {
 			if limiter.Nanos(now) == limiter.MaxNanos || limiter.Nanos(now) == 0 && now.Before(time.Unix(0, 0)) {
 				continue // time stands still at the clamped edges
 			}
-			if got := l.Available(later).Remaining; got != p.Limit {
+			if got := l.Available(limiter.Nanos(later)).Remaining; got != p.Limit {
 				t.Errorf("%+v at %v: available a period later %d, want %d", p, now, got, p.Limit)
 			}
 		}

@@ -166,7 +166,7 @@ func runModel(t *testing.T, p limiter.Policy, seed uint64, steps int) {
 				t.Fatalf("step %d: acquire %d: remaining %d, model %d", step, n, got, want)
 			}
 		case r < 8:
-			if got, want := l.Available(time.Unix(0, now)).Remaining, m.remaining(now); got != want {
+			if got, want := l.Available(now).Remaining, m.remaining(now); got != want {
 				t.Fatalf("step %d: available %d, model %d", step, got, want)
 			}
 		default:

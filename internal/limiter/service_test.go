@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/clocktest"
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 )
 
@@ -14,7 +15,7 @@ import (
 // match, and nothing is consumed.
 func TestServiceRejectsBadInputWithoutConsuming(t *testing.T) {
 	ctx := context.Background()
-	svc := limiter.NewService(memory.New(func() time.Time { return t0 }))
+	svc := limiter.NewService(memory.New(clocktest.New(t0).Limiter()))
 	if _, err := svc.Put(ctx, limiter.Definition{Name: "api", Policy: limiter.Policy{Limit: 9, Period: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}

@@ -41,11 +41,15 @@ func (l *Limiter) Policy() Policy { return l.policy }
 // Acquire takes n permits at now if all of them fit, and reports the
 // decision. A denial records nothing. n must be from 1 to MaxLimit, otherwise
 // the error wraps ErrInvalidPermits and nothing changes.
-func (l *Limiter) Acquire(now time.Time, n int64) (Decision, error) {
+//
+// now is in nanoseconds on the timeline of a Clock (Clock.Now), or Nanos of
+// a time.Time; it is clamped to [0, MaxNanos]. Calls on one Limiter must all
+// use the same timeline.
+func (l *Limiter) Acquire(now int64, n int64) (Decision, error) {
 	if err := CheckPermits(n); err != nil {
 		return Decision{}, err
 	}
-	t := Nanos(now)
+	t := clampNow(now)
 	var d Decision
 	l.mu.Lock()
 	if l.gcra {
@@ -57,10 +61,10 @@ func (l *Limiter) Acquire(now time.Time, n int64) (Decision, error) {
 	return d, nil
 }
 
-// Available reports how many permits could be acquired at now, without
-// acquiring any.
-func (l *Limiter) Available(now time.Time) Availability {
-	t := Nanos(now)
+// Available reports how many permits could be acquired at now (as in
+// Acquire), without acquiring any.
+func (l *Limiter) Available(now int64) Availability {
+	t := clampNow(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gcra {
@@ -77,7 +81,9 @@ const MaxNanos = math.MaxInt64 - int64(MaxPeriod)
 // Nanos converts t to nanoseconds since the Unix epoch, clamped to
 // [0, MaxNanos]: instants before 1970 count as the epoch and instants after
 // MaxNanos as MaxNanos. Time standing still at the edges can only make a
-// limiter stricter, never grant more.
+// limiter stricter, never grant more. It reads t's wall clock only: the
+// in-process backends decide on a Clock instead, which steps of the wall
+// clock do not move.
 func Nanos(t time.Time) int64 {
 	// Comparing seconds first is cheaper than time.Time comparisons, and
 	// UnixNano is only defined within int64's range.

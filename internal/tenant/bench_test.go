@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/clocktest"
 )
 
 // The benchmarks compare the registry with the usual per-key baseline, a
@@ -91,7 +92,7 @@ func newBenchImpl(b *testing.B, impl string) acquirer {
 		if impl == "tenant-sliding-log" {
 			p.Algorithm = limiter.SlidingLog
 		}
-		r, err := New(Config{Policy: p}, func() time.Time { return benchStart })
+		r, err := New(Config{Policy: p}, clocktest.New(benchStart).Limiter())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -154,7 +155,7 @@ func BenchmarkAcquire1M(b *testing.B) {
 // BenchmarkAcquireAPI is the whole public call, with address parsing,
 // tenant formatting and a (non-recording) span, for reference.
 func BenchmarkAcquireAPI(b *testing.B) {
-	r, err := New(Config{Policy: benchPolicy}, func() time.Time { return benchStart })
+	r, err := New(Config{Policy: benchPolicy}, clocktest.New(benchStart).Limiter())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func BenchmarkLowest10(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
 		now := benchStart.Add(time.Second)
-		r, err := New(Config{Policy: benchPolicy}, func() time.Time { return now })
+		r, err := New(Config{Policy: benchPolicy}, clocktest.New(now).Limiter())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -267,11 +268,11 @@ func TestScanLowestAgrees(t *testing.T) {
 	r := newRegistry(t, Config{Policy: benchPolicy}, c)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i, k := range benchKeys(20_000) {
-		r.store.acquire(k, limiter.Nanos(c.Now())+int64(i/7), 1+rng.Int64N(100))
+		r.store.acquire(k, limiter.Nanos(c.Wall())+int64(i/7), 1+rng.Int64N(100))
 	}
 	for _, k := range []int{1, 10, MaxLowest} {
 		got := mustLowest(t, r, k)
-		want := scanLowest(r, limiter.Nanos(c.Now()), k)
+		want := scanLowest(r, limiter.Nanos(c.Wall()), k)
 		if len(got) != len(want) {
 			t.Fatalf("Lowest(%d): got %d entries, want %d", k, len(got), len(want))
 		}

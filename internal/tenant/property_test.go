@@ -335,7 +335,7 @@ func runAgainstReference(t *testing.T, cfg Config, ips []string, mix opMix, seed
 	peak, depth := 0, 0
 	defer func() { t.Logf("peak tenants: %d, deepest index: %d levels", peak, depth) }()
 	for i := range steps {
-		now := limiter.Nanos(c.Now())
+		now := limiter.Nanos(c.Wall())
 		ip := ips[rng.IntN(len(ips))]
 		key, err := parseKey(ip, m.bits)
 		if err != nil {

@@ -16,12 +16,12 @@ import (
 type Registry struct {
 	policy limiter.Policy
 	bits   int // IPv6 prefix length
-	now    func() time.Time
+	clock  *limiter.Clock
 	store  store
 }
 
 // store is what a Registry needs from the table of one algorithm. Times are
-// nanoseconds since the Unix epoch; keys are made by parseKey.
+// nanoseconds on the registry's limiter.Clock; keys are made by parseKey.
 type store interface {
 	// acquire takes n permits (1 <= n <= MaxLimit) from the tenant and
 	// reports whether a denial is due to a registry full of limited tenants.
@@ -44,12 +44,13 @@ type ranked struct {
 	av  limiter.Availability
 }
 
-// New returns an empty Registry for cfg that reads the time from now
-// (time.Now when nil). It remembers at most Bound(cfg, TenantBytes(policy))
+// New returns an empty Registry for cfg that decides at the instants clock
+// tells (limiter.NewClock() when nil), so that steps of the wall clock move
+// no decision. It remembers at most Bound(cfg, TenantBytes(policy))
 // tenants. It reports an error wrapping limiter.ErrInvalidPolicy for an
 // invalid cfg.Policy and ErrInvalidConfig for an out-of-range bound,
 // including a MaxBytes too small for one tenant.
-func New(cfg Config, now func() time.Time) (*Registry, error) {
+func New(cfg Config, clock *limiter.Clock) (*Registry, error) {
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("tenant: new: %w", err)
 	}
@@ -63,14 +64,14 @@ func New(cfg Config, now func() time.Time) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tenant: new: %w", err)
 	}
-	if now == nil {
-		now = time.Now
+	if clock == nil {
+		clock = limiter.NewClock()
 	}
 	p := cfg.Policy.Normalize()
 	r := &Registry{
 		policy: p,
 		bits:   cfg.IPv6Prefix,
-		now:    now,
+		clock:  clock,
 	}
 	if p.Algorithm == limiter.GCRA {
 		r.store = newGCRAStore(p, int64(maxTenants))
@@ -112,7 +113,7 @@ func (r *Registry) Acquire(_ context.Context, ip string, permits int64) (Decisio
 	if err != nil {
 		return Decision{}, fmt.Errorf("tenant: acquire %s: %w", quoteIP(ip), err)
 	}
-	ld, full := r.store.acquire(k, limiter.Nanos(r.now()), permits)
+	ld, full := r.store.acquire(k, r.clock.Now(), permits)
 	return Decision{Tenant: tenantName(ip, k, r.bits), Decision: ld, RegistryFull: full}, nil
 }
 
@@ -124,7 +125,7 @@ func (r *Registry) Available(_ context.Context, ip string) (Availability, error)
 	if err != nil {
 		return Availability{}, fmt.Errorf("tenant: available %s: %w", quoteIP(ip), err)
 	}
-	av, full := r.store.available(k, limiter.Nanos(r.now()))
+	av, full := r.store.available(k, r.clock.Now())
 	return Availability{Tenant: tenantName(ip, k, r.bits), Availability: av, RegistryFull: full}, nil
 }
 
@@ -156,7 +157,7 @@ func (r *Registry) Lowest(ctx context.Context, k int) ([]Entry, error) {
 	if k < 1 || k > MaxLowest {
 		return nil, fmt.Errorf("tenant: lowest: %w: k must be between 1 and %d, got %d", ErrInvalidK, MaxLowest, k)
 	}
-	rs, err := r.store.lowest(ctx, limiter.Nanos(r.now()), k)
+	rs, err := r.store.lowest(ctx, r.clock.Now(), k)
 	if err != nil {
 		return nil, fmt.Errorf("tenant: lowest: %w", err)
 	}

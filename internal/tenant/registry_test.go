@@ -3,36 +3,21 @@ package tenant
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/clocktest"
 )
 
 // fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type fakeClock = clocktest.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newFakeClock() *fakeClock { return clocktest.New(time.Unix(1_700_000_000, 0)) }
 
 func newRegistry(t testing.TB, cfg Config, c *fakeClock) *Registry {
 	t.Helper()
-	r, err := New(cfg, c.Now)
+	r, err := New(cfg, c.Limiter())
 	if err != nil {
 		t.Fatalf("New(%+v): %v", cfg, err)
 	}

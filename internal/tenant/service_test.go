@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/clocktest"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
 
@@ -33,7 +34,7 @@ func (downBackend) Available(context.Context, string) (tenant.Availability, erro
 func (downBackend) Lowest(context.Context, int) ([]tenant.Entry, error) { return nil, errDown }
 
 func TestServiceFailureModes(t *testing.T) {
-	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, time.Now)
+	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestServiceFailureModes(t *testing.T) {
 // A caller that went away is not an outage: its acquisition fails with the
 // caller's error, undecided and unreported.
 func TestServiceCallerGone(t *testing.T) {
-	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, time.Now)
+	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestServiceCallerGone(t *testing.T) {
 // Over a working backend the Service answers exactly what the backend does.
 func TestServicePassesThrough(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, func() time.Time { return now })
+	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, clocktest.New(now).Limiter())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestServicePassesThrough(t *testing.T) {
 // A degraded acquisition's span says so: an Error status (the backend's
 // failure) and ratelimiter.degraded, beside the decision made.
 func TestServiceDegradedSpan(t *testing.T) {
-	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, time.Now)
+	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 10, Period: time.Minute}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

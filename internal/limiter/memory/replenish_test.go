@@ -35,7 +35,7 @@ func TestReplenishmentExact(t *testing.T) {
 			if d, err := s.Acquire(ctx, "r", 2); err != nil || !d.Allowed || d.ResetAfter != period {
 				t.Fatalf("Acquire 2 of 2: got %+v, %v; want allowed, full again after %s", d, err, period)
 			}
-			c.now = c.now.Add(tt.after)
+			c.Advance(tt.after)
 			a, err := s.Available(ctx, "r")
 			want := limiter.Availability{Remaining: tt.remaining, Limit: 2, ResetAfter: period - tt.after}
 			if err != nil || a != want {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
@@ -16,20 +15,21 @@ var _ limiter.BatchStore = (*Store)(nil)
 // Store keeps named limiters in process memory. It is safe for concurrent
 // use: acquisitions on different limiters proceed in parallel.
 type Store struct {
-	now func() time.Time
+	clock *limiter.Clock
 
 	mu    sync.RWMutex
 	byKey map[string]*limiter.Limiter
 	names []string // sorted, for List
 }
 
-// New returns an empty Store that reads the time from now (time.Now when
-// nil).
-func New(now func() time.Time) *Store {
-	if now == nil {
-		now = time.Now
+// New returns an empty Store that decides at the instants clock tells
+// (limiter.NewClock() when nil), so that steps of the wall clock move no
+// decision.
+func New(clock *limiter.Clock) *Store {
+	if clock == nil {
+		clock = limiter.NewClock()
 	}
-	return &Store{now: now, byKey: make(map[string]*limiter.Limiter)}
+	return &Store{clock: clock, byKey: make(map[string]*limiter.Limiter)}
 }
 
 // Put creates or replaces a limiter. An identical policy keeps the state.
@@ -99,7 +99,7 @@ func (s *Store) Acquire(_ context.Context, name string, permits int64) (limiter.
 	if err != nil {
 		return limiter.Decision{}, err
 	}
-	return l.Acquire(s.now(), permits)
+	return l.Acquire(s.clock.Now(), permits)
 }
 
 // AcquireBatch decides each reqs[i] into out[i] as Acquire would, all at
@@ -107,7 +107,7 @@ func (s *Store) Acquire(_ context.Context, name string, permits int64) (limiter.
 // concurrent ones are. Requests on one limiter are decided in the order
 // given.
 func (s *Store) AcquireBatch(_ context.Context, reqs []limiter.Request, out []limiter.Result) {
-	now := s.now()
+	now := s.clock.Now()
 	var (
 		name string
 		l    *limiter.Limiter
@@ -133,7 +133,7 @@ func (s *Store) Available(_ context.Context, name string) (limiter.Availability,
 	if err != nil {
 		return limiter.Availability{}, err
 	}
-	return l.Available(s.now()), nil
+	return l.Available(s.clock.Now()), nil
 }
 
 func (s *Store) lookup(name string) (*limiter.Limiter, error) {

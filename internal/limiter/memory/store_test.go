@@ -8,17 +8,14 @@ import (
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/clocktest"
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 )
 
-type clock struct{ now time.Time }
-
-func (c *clock) Now() time.Time { return c.now }
-
-func newStore(t *testing.T) (*memory.Store, *clock) {
+func newStore(t *testing.T) (*memory.Store, *clocktest.Clock) {
 	t.Helper()
-	c := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	return memory.New(c.Now), c
+	c := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	return memory.New(c.Limiter()), c
 }
 
 func put(t *testing.T, s *memory.Store, name string, p limiter.Policy) bool {
@@ -59,7 +56,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	// The injected clock drives refills.
 	s.Acquire(ctx, "a", 20)
-	c.now = c.now.Add(30 * time.Second)
+	c.Advance(30 * time.Second)
 	if a, _ := s.Available(ctx, "a"); a.Remaining != 10 {
 		t.Errorf("30s later: available %d, want 10", a.Remaining)
 	}

@@ -134,7 +134,7 @@ func runAgainstRegistry(t *testing.T, c rueidis.Client, cfg tenant.Config, ips [
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 0x7e57))
 	now := epochUS + rng.Int64N(1e12)
-	reg, err := tenant.New(cfg, func() time.Time { return time.UnixMicro(now) })
+	reg, err := tenant.New(cfg, microClock(&now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func testLoweredBounds(t *testing.T, c rueidis.Client) {
 	cfg := policy(10, time.Second, limiter.SlidingLog)
 	ts := newTenants(t, c, cfg)
 	now := int64(epochUS)
-	reg, err := tenant.New(cfg, func() time.Time { return time.UnixMicro(now) })
+	reg, err := tenant.New(cfg, microClock(&now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func testWalkBudget(t *testing.T, c rueidis.Client) {
 		cfg := policy(20, time.Second, limiter.SlidingLog)
 		ts := newTenants(t, c, cfg)
 		now := int64(epochUS)
-		reg, err := tenant.New(cfg, func() time.Time { return time.UnixMicro(now) })
+		reg, err := tenant.New(cfg, microClock(&now))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -358,4 +358,10 @@ func testWalkBudget(t *testing.T, c rueidis.Client) {
 		}
 	}
 	t.Log(n)
+}
+
+// microClock is a limiter.Clock that reads *now, in microseconds since the
+// Unix epoch.
+func microClock(now *int64) *limiter.Clock {
+	return limiter.NewClockAt(time.Unix(0, 0), func() time.Duration { return time.Duration(*now) * time.Microsecond })
 }
