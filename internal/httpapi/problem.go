@@ -110,6 +110,8 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 		return rejected("body", reason(err, limiter.ErrInvalidPolicy))
 	case errors.Is(err, limiter.ErrInvalidBatch):
 		return rejected("body.acquisitions", reason(err, limiter.ErrInvalidBatch))
+	case errors.Is(err, limiter.ErrInvalidPageSize):
+		return rejected("query.page_size", reason(err, limiter.ErrInvalidPageSize))
 	case errors.Is(err, tenant.ErrInvalidIP):
 		return rejected("path.ip", reason(err, tenant.ErrInvalidIP))
 	case errors.Is(err, tenant.ErrInvalidK):

@@ -56,6 +56,7 @@ var (
 	ErrInvalidName      = errors.New("invalid limiter name")
 	ErrUnavailable      = errors.New("limiter backend unavailable")
 	ErrInvalidBatch     = errors.New("invalid batch")
+	ErrInvalidPageSize  = errors.New("invalid page size")
 	errUnknownAlgorithm = errors.New("unknown algorithm")
 )
 

@@ -116,10 +116,20 @@ func (s *Service) Get(ctx context.Context, name string) (def Definition, err err
 	return def, nil
 }
 
-// List returns up to max definitions whose names sort after `after`.
+// MaxList is the largest max List accepts: it bounds what one call reads
+// from the store and holds in memory. The HTTP API's largest page, 1,000
+// limiters, asks for one more to learn whether another page follows.
+const MaxList = 10_000
+
+// List returns up to max definitions whose names sort after `after`, in
+// name order. max must be from 1 to MaxList, otherwise the error wraps
+// ErrInvalidPageSize and the store is not consulted.
 func (s *Service) List(ctx context.Context, after string, max int) (defs []Definition, err error) {
 	ctx, span := s.start(ctx, "limiter.List", "")
 	defer func() { end(span, err) }()
+	if max < 1 || max > MaxList {
+		return nil, fmt.Errorf("limiter: list: %w: must be between 1 and %d, got %d", ErrInvalidPageSize, MaxList, max)
+	}
 	sctx, cancel := s.bound(ctx)
 	defs, err = s.store.List(sctx, after, max)
 	cancel()

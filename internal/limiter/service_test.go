@@ -3,6 +3,8 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -46,6 +48,36 @@ func TestServiceRejectsBadInputWithoutConsuming(t *testing.T) {
 			a, err := svc.Available(ctx, "api")
 			if err != nil || a.Remaining != 9 || a.Limit != 9 {
 				t.Errorf("available afterwards: got %+v, %v, want 9 of 9", a, err)
+			}
+		})
+	}
+}
+
+// List refuses a max outside 1..MaxList before the store sees it.
+func TestServiceListRejectsBadMax(t *testing.T) {
+	ctx := context.Background()
+	svc := limiter.NewService(memory.New(nil))
+	if _, err := svc.Put(ctx, limiter.Definition{Name: "api", Policy: limiter.Policy{Limit: 9, Period: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		max     int
+		want    int
+		wantErr error
+	}{
+		{math.MinInt, 0, limiter.ErrInvalidPageSize},
+		{-1, 0, limiter.ErrInvalidPageSize},
+		{0, 0, limiter.ErrInvalidPageSize},
+		{1, 1, nil},
+		{limiter.MaxList, 1, nil},
+		{limiter.MaxList + 1, 0, limiter.ErrInvalidPageSize},
+		{math.MaxInt, 0, limiter.ErrInvalidPageSize},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.max), func(t *testing.T) {
+			defs, err := svc.List(ctx, "", tt.max)
+			if !errors.Is(err, tt.wantErr) || len(defs) != tt.want {
+				t.Errorf("got %d definitions, %v; want %d, %v", len(defs), err, tt.want, tt.wantErr)
 			}
 		})
 	}

@@ -25,7 +25,7 @@ type Store interface {
 	// Get returns the limiter's definition, with defaults filled in.
 	Get(ctx context.Context, name string) (Definition, error)
 	// List returns up to max definitions whose names sort after `after`, in
-	// name order.
+	// name order; none when max <= 0.
 	List(ctx context.Context, after string, max int) ([]Definition, error)
 	// Delete removes the limiter and its state.
 	Delete(ctx context.Context, name string) error

@@ -62,8 +62,12 @@ func (s *Store) Get(_ context.Context, name string) (limiter.Definition, error) 
 	return limiter.Definition{Name: name, Policy: l.Policy()}, nil
 }
 
-// List returns up to max definitions after `after`, in name order.
+// List returns up to max definitions after `after`, in name order; none
+// when max <= 0.
 func (s *Store) List(_ context.Context, after string, max int) ([]limiter.Definition, error) {
+	if max <= 0 {
+		return nil, nil
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	i, found := slices.BinarySearch(s.names, after)

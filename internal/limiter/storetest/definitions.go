@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -117,8 +118,12 @@ func testListPages(t *testing.T, s limiter.Store) {
 	if page, err := s.List(c, "l24", 10); err != nil || len(page) != 0 {
 		t.Errorf("List after the last name: got %+v, %v, want none", page, err)
 	}
-	if page, err := s.List(c, "", 0); err != nil || len(page) != 0 {
-		t.Errorf("List of 0: got %+v, %v, want none", page, err)
+	// A store answers none for any max below 1, never panics: the Service
+	// refuses them, but a store stands on its own.
+	for _, max := range []int{0, -1, math.MinInt} {
+		if page, err := s.List(c, "", max); err != nil || len(page) != 0 {
+			t.Errorf("List of %d: got %+v, %v, want none", max, page, err)
+		}
 	}
 }
 
