@@ -70,57 +70,52 @@ func (l *Lazy) get() (*Store, error) {
 	return nil, ErrNotConnected
 }
 
-// Put implements limiter.Store.
-func (l *Lazy) Put(ctx context.Context, def limiter.Definition) (bool, error) {
+// with calls f with the Store once it is set. f calls the Store about the
+// limiter name; when name is declared and f found it missing, with creates
+// it and calls f again (see restore). Calls that must not bring a limiter
+// back (Put, Delete, List) pass "", which no limiter has.
+func with[T any](ctx context.Context, l *Lazy, name string, f func(*Store) (T, error)) (T, error) {
 	st, err := l.get()
 	if err != nil {
-		return false, err
+		var zero T
+		return zero, err
 	}
-	return st.Put(ctx, def)
+	v, err := f(st)
+	if name != "" && l.restore(ctx, st, name, err) {
+		v, err = f(st)
+	}
+	return v, err
+}
+
+// Put implements limiter.Store.
+func (l *Lazy) Put(ctx context.Context, def limiter.Definition) (bool, error) {
+	return with(ctx, l, "", func(st *Store) (bool, error) { return st.Put(ctx, def) })
 }
 
 // Get implements limiter.Store.
 func (l *Lazy) Get(ctx context.Context, name string) (limiter.Definition, error) {
-	st, err := l.get()
-	if err != nil {
-		return limiter.Definition{}, err
-	}
-	def, err := st.Get(ctx, name)
-	if l.restore(ctx, st, name, err) {
-		def, err = st.Get(ctx, name)
-	}
-	return def, err
+	return with(ctx, l, name, func(st *Store) (limiter.Definition, error) { return st.Get(ctx, name) })
 }
 
 // List implements limiter.Store.
 func (l *Lazy) List(ctx context.Context, after string, max int) ([]limiter.Definition, error) {
-	st, err := l.get()
-	if err != nil {
-		return nil, err
-	}
-	return st.List(ctx, after, max)
+	return with(ctx, l, "", func(st *Store) ([]limiter.Definition, error) { return st.List(ctx, after, max) })
 }
 
 // Delete implements limiter.Store.
 func (l *Lazy) Delete(ctx context.Context, name string) error {
-	st, err := l.get()
-	if err != nil {
-		return err
-	}
-	return st.Delete(ctx, name)
+	_, err := with(ctx, l, "", func(st *Store) (struct{}, error) { return struct{}{}, st.Delete(ctx, name) })
+	return err
 }
 
 // Acquire implements limiter.Store.
 func (l *Lazy) Acquire(ctx context.Context, name string, permits int64) (limiter.Decision, error) {
-	st, err := l.get()
-	if err != nil {
-		return limiter.Decision{}, err
-	}
-	d, err := st.Acquire(ctx, name, permits)
-	if l.restore(ctx, st, name, err) {
-		d, err = st.Acquire(ctx, name, permits)
-	}
-	return d, err
+	return with(ctx, l, name, func(st *Store) (limiter.Decision, error) { return st.Acquire(ctx, name, permits) })
+}
+
+// Available implements limiter.Store.
+func (l *Lazy) Available(ctx context.Context, name string) (limiter.Availability, error) {
+	return with(ctx, l, name, func(st *Store) (limiter.Availability, error) { return st.Available(ctx, name) })
 }
 
 // AcquireBatch implements limiter.BatchStore.
@@ -142,17 +137,4 @@ func (l *Lazy) AcquireBatch(ctx context.Context, reqs []limiter.Request, out []l
 			return
 		}
 	}
-}
-
-// Available implements limiter.Store.
-func (l *Lazy) Available(ctx context.Context, name string) (limiter.Availability, error) {
-	st, err := l.get()
-	if err != nil {
-		return limiter.Availability{}, err
-	}
-	a, err := st.Available(ctx, name)
-	if l.restore(ctx, st, name, err) {
-		a, err = st.Available(ctx, name)
-	}
-	return a, err
 }
