@@ -141,7 +141,7 @@ func TestRedisBackendIsShared(t *testing.T) {
 // unready; when it answers again, both recover without a restart.
 func TestRedisOutageFailClosed(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	c := replica(t, srv.Addr, map[string]string{"RATELIMITER_REDIS_TIMEOUT": "100ms"})
+	c := replica(t, srv.Addr, map[string]string{"RATELIMITER_REDIS_TIMEOUT": "1s"})
 	if res, err := c.PutLimiterWithResponse(t.Context(), "upstream", client.LimiterSpec{Limit: 100, Period: "1h"}); err != nil || res.StatusCode() != http.StatusCreated {
 		t.Fatalf("put: %v %v", res, err)
 	}
@@ -181,7 +181,7 @@ func TestRedisOutageFailClosed(t *testing.T) {
 // started while Redis is unreachable serves degraded decisions too.
 func TestRedisOutageFailOpen(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	env := map[string]string{"RATELIMITER_REDIS_FAILURE_MODE": "fail-open", "RATELIMITER_REDIS_TIMEOUT": "100ms"}
+	env := map[string]string{"RATELIMITER_REDIS_FAILURE_MODE": "fail-open", "RATELIMITER_REDIS_TIMEOUT": "1s"}
 	c := replica(t, srv.Addr, env)
 	if res, err := c.PutLimiterWithResponse(t.Context(), "upstream", client.LimiterSpec{Limit: 1, Period: "1h"}); err != nil || res.StatusCode() != http.StatusCreated {
 		t.Fatalf("put: %v %v", res, err)
