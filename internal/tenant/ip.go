@@ -21,8 +21,12 @@ const v4Tag = uint64(0xff) << 56
 // aggregated to ipv6Prefix bits (1 to MaxIPv6Prefix): the canonical IPv4
 // address for IPv4 and IPv4-mapped IPv6 ("::ffff:203.0.113.7" gives
 // "203.0.113.7"), and the prefix for IPv6 ("2001:db8:1:2::/64"). It also
-// accepts a tenant it returned, so it is idempotent: an IPv6 prefix at
-// least ipv6Prefix bits long stands for the tenant containing it.
+// accepts a tenant it returned, so it is idempotent: an IPv6 prefix exactly
+// ipv6Prefix bits long names that tenant, its bits past the prefix ignored
+// ("2001:db8:1:2::5/64" is "2001:db8:1:2::/64"). A prefix of any other
+// length is refused rather than read as the tenant around it, since it
+// would name more or less than one tenant; so is an IPv4 prefix, since an
+// IPv4 tenant is written as a plain address.
 //
 // The error wraps ErrInvalidIP for an empty or malformed address, one with
 // a zone ("fe80::1%eth0"), the unspecified addresses and multicast
@@ -80,8 +84,8 @@ func parseKey(s string, bits int) (uint64, error) {
 	return binary.BigEndian.Uint64(b[:8]) & prefixMask(bits), nil
 }
 
-// parsePrefixKey accepts an IPv6 prefix that lies within one tenant, such
-// as a tenant string returned by formatKey.
+// parsePrefixKey accepts an IPv6 prefix bits long, such as a tenant string
+// returned by formatKey.
 func parsePrefixKey(s string, bits int) (uint64, error) {
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
@@ -91,17 +95,13 @@ func parsePrefixKey(s string, bits int) (uint64, error) {
 	if !a.Is6() || a.Is4In6() {
 		return 0, invalidIP(s, "is a prefix but not an IPv6 one")
 	}
-	if p.Bits() < bits {
-		return 0, invalidIP(s, fmt.Sprintf("spans several tenants (shorter than /%d)", bits))
+	if p.Bits() != bits {
+		return 0, invalidIP(s, fmt.Sprintf("is a prefix of another length than IPv6 tenants (/%d)", bits))
 	}
 	// A prefix such as ::/64 holds sources (::1) though its first address
-	// is unspecified; only a /128 is a single address.
-	a = p.Masked().Addr()
-	switch {
-	case a.IsMulticast():
+	// is unspecified; bits is at most 64, so it is never a single address.
+	if a = p.Masked().Addr(); a.IsMulticast() {
 		return 0, invalidIP(s, "is multicast")
-	case p.Bits() == 128 && a.IsUnspecified():
-		return 0, invalidIP(s, "is unspecified")
 	}
 	b := a.As16()
 	return binary.BigEndian.Uint64(b[:8]) & prefixMask(bits), nil
