@@ -24,9 +24,9 @@ const v4Tag = uint64(0xff) << 56
 // accepts a tenant it returned, so it is idempotent: an IPv6 prefix exactly
 // ipv6Prefix bits long names that tenant, its bits past the prefix ignored
 // ("2001:db8:1:2::5/64" is "2001:db8:1:2::/64"). A prefix of any other
-// length is refused rather than read as the tenant around it, since it
-// would name more or less than one tenant; so is an IPv4 prefix, since an
-// IPv4 tenant is written as a plain address.
+// length is refused, since a shorter one spans several tenants and a
+// longer one is only part of one; so is an IPv4 prefix, since an IPv4
+// tenant is written as a plain address.
 //
 // The error wraps ErrInvalidIP for an empty or malformed address, one with
 // a zone ("fe80::1%eth0"), the unspecified addresses and multicast
