@@ -21,7 +21,7 @@ func startServer() *httptest.Server {
 		log.Fatal(err)
 	}
 	h, err := httpapi.New(httpapi.Options{
-		Limiters: limiter.NewService(memory.New(nil)),
+		Limiters: limiter.NewService(memory.New(nil, 0)),
 		Tenants:  tenants,
 	})
 	if err != nil {

@@ -48,7 +48,7 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 			return nil, &configError{fmt.Errorf("per-IP policy: %w", err)}
 		}
 		b := &backend{
-			limiters: limiter.NewService(memory.New(nil)),
+			limiters: limiter.NewService(memory.New(nil, cfg.MaxLimiters)),
 			tenants:  tenant.NewService(registry, limiter.ServiceOptions{}),
 			registry: registry,
 			healthy:  func() bool { return true },
@@ -112,7 +112,7 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 			return // ctx done before Redis answered
 		}
 		defer client.Close()
-		ls, err := limiterredis.New(client, cfg.Redis.KeyPrefix)
+		ls, err := limiterredis.New(client, cfg.Redis.KeyPrefix, cfg.MaxLimiters)
 		if err == nil {
 			var ts *tenantredis.Tenants
 			if ts, err = tenantredis.New(client, cfg.Redis.KeyPrefix, cfg.Tenants); err == nil {

@@ -118,6 +118,10 @@ type Config struct {
 	// ends them, each with its CRLF. It is at least MinHeaderBytes; the
 	// server refuses a larger section with 431.
 	MaxHeaderBytes int
+	// MaxLimiters is the most named limiters the backend holds: creating
+	// one more is refused, replacing one is not. At least the number of
+	// Limiters.
+	MaxLimiters int
 	// Timeouts of the HTTP server (see net/http.Server).
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -158,6 +162,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("admin_token_set", c.AdminToken != ""),
 		slog.Int64("max_body_bytes", c.MaxBodyBytes),
 		slog.Int("max_header_bytes", c.MaxHeaderBytes),
+		slog.Int("max_limiters", c.MaxLimiters),
 		slog.String("read_header_timeout", c.ReadHeaderTimeout.String()),
 		slog.String("read_timeout", c.ReadTimeout.String()),
 		slog.String("write_timeout", c.WriteTimeout.String()),
@@ -267,6 +272,10 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			origins(origin, "tenant-limit", "tenant-algorithm", "tenant-burst"), err)
 	}
 	c.Tenants.Policy = c.Tenants.Policy.Normalize()
+	if len(c.Limiters) > c.MaxLimiters {
+		return Config{}, fmt.Errorf("config: %s declares %d limiters, more than the %d of --max-limiters (%s)",
+			c.ConfigFile, len(c.Limiters), c.MaxLimiters, origins(origin, "max-limiters"))
+	}
 	if c.Backend == BackendMemory {
 		if per := tenant.TenantBytes(c.Tenants.Policy); c.Tenants.MaxBytes < per {
 			return Config{}, fmt.Errorf("config: %s: %d bytes do not hold one requester, which takes up to %d bytes under the per-IP policy (%s)",

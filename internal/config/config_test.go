@@ -43,6 +43,7 @@ func TestDefaults(t *testing.T) {
 		LogFormat:         LogJSON,
 		MaxBodyBytes:      65536,
 		MaxHeaderBytes:    16384,
+		MaxLimiters:       100_000,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
@@ -116,7 +117,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 	caFile := writeFile(t, "ca.pem", "")
 	values := map[string]string{
 		"listen": "127.0.0.1:9999", "backend": "redis", "max-body-bytes": "1024", "max-header-bytes": "8192",
-		"log-level": "debug", "log-format": "text",
+		"max-limiters": "42", "log-level": "debug", "log-format": "text",
 		"read-header-timeout": "1s", "read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s",
 		"shutdown-delay": "5s", "shutdown-timeout": "6s",
 		"tenant-limit": "10", "tenant-period": "1h", "tenant-algorithm": "sliding_log", "tenant-burst": "0",
@@ -140,7 +141,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16,
 			FailureMode: FailOpen,
 		},
-		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 8192,
+		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 8192, MaxLimiters: 42,
 		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
 		IdleTimeout: 4 * time.Second, ShutdownDelay: 5 * time.Second, ShutdownTimeout: 6 * time.Second,
 		Tenants: tenant.Config{
@@ -318,6 +319,11 @@ func TestInvalid(t *testing.T) {
 		{name: "max body bytes not a number", args: []string{"--max-body-bytes", "64k"}, want: []string{"--max-body-bytes", `"64k"`}},
 		{name: "max header bytes too small", args: []string{"--max-header-bytes", "10"}, want: []string{"--max-header-bytes"}},
 		{name: "max header bytes below what can be held to", args: []string{"--max-header-bytes", "4096"}, want: []string{"--max-header-bytes", "4097"}},
+		{name: "max limiters zero", args: []string{"--max-limiters", "0"}, want: []string{"--max-limiters", "from 1 to 100000000", `"0"`}},
+		{name: "max limiters too many", env: map[string]string{"RATELIMITER_MAX_LIMITERS": "100000001"},
+			want: []string{"RATELIMITER_MAX_LIMITERS", "from 1 to 100000000"}},
+		{name: "max limiters below the file's", args: append(file("limiters:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, limit: 1, period: 1s}\n"), "--max-limiters=1"),
+			want: []string{"declares 2 limiters", "the 1 of --max-limiters", "set by --max-limiters"}},
 		{name: "timeout not a duration", args: []string{"--read-timeout", "10"}, want: []string{"--read-timeout", "not a duration"}},
 		{name: "timeout zero", args: []string{"--write-timeout", "0s"}, want: []string{"--write-timeout", "positive"}},
 		{name: "idle timeout negative", args: []string{"--idle-timeout", "-1s"}, want: []string{"--idle-timeout", "positive"}},

@@ -90,6 +90,12 @@ var settings = []setting{
 		apply: integer(func(c *Config) *int { return &c.MaxHeaderBytes }, MinHeaderBytes, 1<<20),
 	},
 	{
+		name: "max-limiters", env: "RATELIMITER_MAX_LIMITERS", def: strconv.Itoa(limiter.DefaultMaxLimiters), arg: "count", group: groupServer,
+		usage: "Most named limiters the backend holds, those of the config file included. Creating one more is refused " +
+			"with 409; replacing one is not. On Redis the bound is shared by every replica using the same key prefix.",
+		apply: integer(func(c *Config) *int { return &c.MaxLimiters }, 1, 100_000_000),
+	},
+	{
 		name: "admin-token", env: "RATELIMITER_ADMIN_TOKEN", arg: "token", group: groupAdmin,
 		usage: "Bearer token required to create, replace and delete limiters. Empty: those operations are open to every " +
 			"caller. Prefer --admin-token-file or the environment variable: flags are visible to every local user.",

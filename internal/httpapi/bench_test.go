@@ -49,7 +49,7 @@ func BenchmarkAcquireHTTP(b *testing.B) {
 
 func benchOptions(b *testing.B) Options {
 	b.Helper()
-	limiters := limiter.NewService(memory.New(nil))
+	limiters := limiter.NewService(memory.New(nil, 0))
 	if _, err := limiters.Put(b.Context(), limiter.Definition{Name: "bench", Policy: limiter.Policy{Limit: limiter.MaxLimit, Period: time.Millisecond}}); err != nil {
 		b.Fatal(err)
 	}

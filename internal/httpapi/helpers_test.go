@@ -48,7 +48,7 @@ func newEnv(t *testing.T, edit func(*Options)) *env {
 func newEnvWith(t *testing.T, set settings, edit func(*Options)) *env {
 	t.Helper()
 	e := &env{t: t, clock: newClock(), log: new(strings.Builder)}
-	e.limiters = limiter.NewService(memory.New(e.clock.Limiter()))
+	e.limiters = limiter.NewService(memory.New(e.clock.Limiter(), 0))
 	var err error
 	e.tenants, err = tenant.New(tenant.Config{Policy: tenantPolicy}, e.clock.Limiter())
 	if err != nil {

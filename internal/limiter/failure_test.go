@@ -99,7 +99,7 @@ func TestServiceTimeout(t *testing.T) {
 
 // Errors other than unavailability are not decisions.
 func TestServiceNotFoundIsNotDegraded(t *testing.T) {
-	svc := limiter.NewServiceWith(memory.New(nil), limiter.ServiceOptions{FailureMode: limiter.FailOpen})
+	svc := limiter.NewServiceWith(memory.New(nil, 0), limiter.ServiceOptions{FailureMode: limiter.FailOpen})
 	if _, err := svc.Acquire(context.Background(), "missing", 1); !errors.Is(err, limiter.ErrNotFound) {
 		t.Errorf("got %v, want ErrNotFound", err)
 	}

@@ -39,6 +39,13 @@ const (
 	SlidingLog Algorithm = "sliding_log"
 )
 
+// DefaultMaxLimiters is the most named limiters a store holds unless
+// configured otherwise: far more than a service declares for its
+// upstreams, few enough that a caller creating limiters in a loop cannot
+// exhaust memory (a limiter costs a few hundred bytes, plus 16 per grant
+// still in a sliding log's window).
+const DefaultMaxLimiters = 100_000
+
 // Bounds of a Policy. They keep every product and sum of the arithmetic
 // within 128 bits and every duration within time.Duration.
 const (
@@ -50,13 +57,17 @@ const (
 // Errors returned by this package and by every Store. Wrapped errors keep
 // them matchable with errors.Is.
 var (
-	ErrNotFound         = errors.New("limiter not found")
-	ErrInvalidPolicy    = errors.New("invalid policy")
-	ErrInvalidPermits   = errors.New("invalid permits")
-	ErrInvalidName      = errors.New("invalid limiter name")
-	ErrUnavailable      = errors.New("limiter backend unavailable")
-	ErrInvalidBatch     = errors.New("invalid batch")
-	ErrInvalidPageSize  = errors.New("invalid page size")
+	ErrNotFound        = errors.New("limiter not found")
+	ErrInvalidPolicy   = errors.New("invalid policy")
+	ErrInvalidPermits  = errors.New("invalid permits")
+	ErrInvalidName     = errors.New("invalid limiter name")
+	ErrUnavailable     = errors.New("limiter backend unavailable")
+	ErrInvalidBatch    = errors.New("invalid batch")
+	ErrInvalidPageSize = errors.New("invalid page size")
+	// ErrTooManyLimiters reports a Put that would create a limiter in a
+	// store that already holds its maximum; replacing one is always
+	// allowed.
+	ErrTooManyLimiters  = errors.New("too many limiters")
 	errUnknownAlgorithm = errors.New("unknown algorithm")
 )
 

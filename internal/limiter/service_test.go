@@ -17,7 +17,7 @@ import (
 // match, and nothing is consumed.
 func TestServiceRejectsBadInputWithoutConsuming(t *testing.T) {
 	ctx := context.Background()
-	svc := limiter.NewService(memory.New(clocktest.New(t0).Limiter()))
+	svc := limiter.NewService(memory.New(clocktest.New(t0).Limiter(), 0))
 	if _, err := svc.Put(ctx, limiter.Definition{Name: "api", Policy: limiter.Policy{Limit: 9, Period: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestServiceRejectsBadInputWithoutConsuming(t *testing.T) {
 // List refuses a max outside 1..MaxList before the store sees it.
 func TestServiceListRejectsBadMax(t *testing.T) {
 	ctx := context.Background()
-	svc := limiter.NewService(memory.New(nil))
+	svc := limiter.NewService(memory.New(nil, 0))
 	if _, err := svc.Put(ctx, limiter.Definition{Name: "api", Policy: limiter.Policy{Limit: 9, Period: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}

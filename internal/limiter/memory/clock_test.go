@@ -24,7 +24,7 @@ func TestWallClockStep(t *testing.T) {
 				p := limiter.Policy{Limit: 10, Period: 10 * time.Second, Algorithm: alg}
 				start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 				stepped, steady := clocktest.New(start), clocktest.New(start)
-				s, ref := memory.New(stepped.Limiter()), memory.New(steady.Limiter())
+				s, ref := memory.New(stepped.Limiter(), 0), memory.New(steady.Limiter(), 0)
 				for _, st := range []*memory.Store{s, ref} {
 					put(t, st, "a", p)
 					if d, err := st.Acquire(ctx, "a", 10); err != nil || !d.Allowed {

@@ -4,8 +4,10 @@ package memory
 
 import (
 	"context"
-	"slices"
+	"fmt"
 	"sync"
+
+	"github.com/tidwall/btree"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
@@ -14,25 +16,37 @@ var _ limiter.BatchStore = (*Store)(nil)
 
 // Store keeps named limiters in process memory. It is safe for concurrent
 // use: acquisitions on different limiters proceed in parallel.
+//
+// A limiter is found by a hash map on every decision, and its name is kept
+// in a B-tree as well, for List: Put and Delete cost O(log n) for n
+// limiters, and List O(log n + max).
 type Store struct {
 	clock *limiter.Clock
+	max   int
 
 	mu    sync.RWMutex
 	byKey map[string]*limiter.Limiter
-	names []string // sorted, for List
+	names btree.Set[string] // the keys of byKey, in order, for List
+	peak  int               // most entries byKey held since it was made; see shrink
 }
 
 // New returns an empty Store that decides at the instants clock tells
 // (limiter.NewClock() when nil), so that steps of the wall clock move no
-// decision.
-func New(clock *limiter.Clock) *Store {
+// decision, and holds at most maxLimiters limiters
+// (limiter.DefaultMaxLimiters when 0 or less).
+func New(clock *limiter.Clock, maxLimiters int) *Store {
 	if clock == nil {
 		clock = limiter.NewClock()
 	}
-	return &Store{clock: clock, byKey: make(map[string]*limiter.Limiter)}
+	if maxLimiters <= 0 {
+		maxLimiters = limiter.DefaultMaxLimiters
+	}
+	return &Store{clock: clock, max: maxLimiters, byKey: make(map[string]*limiter.Limiter)}
 }
 
 // Put creates or replaces a limiter. An identical policy keeps the state.
+// Creating one more than the store's maximum fails with an error wrapping
+// limiter.ErrTooManyLimiters; replacing one never does.
 func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 	l, err := limiter.New(def.Policy)
 	if err != nil {
@@ -47,9 +61,12 @@ func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 		}
 		return false, nil
 	}
+	if len(s.byKey) >= s.max {
+		return false, fmt.Errorf("%w: the maximum is %d", limiter.ErrTooManyLimiters, s.max)
+	}
 	s.byKey[def.Name] = l
-	i, _ := slices.BinarySearch(s.names, def.Name)
-	s.names = slices.Insert(s.names, i, def.Name)
+	s.peak = max(s.peak, len(s.byKey))
+	s.names.Insert(def.Name)
 	return true, nil
 }
 
@@ -70,17 +87,14 @@ func (s *Store) List(_ context.Context, after string, max int) ([]limiter.Defini
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	i, found := slices.BinarySearch(s.names, after)
-	if found {
-		i++
-	}
-	defs := make([]limiter.Definition, 0, min(max, len(s.names)-i))
-	for _, name := range s.names[i:] {
-		if len(defs) == max {
-			break
+	defs := make([]limiter.Definition, 0, min(max, s.names.Len()))
+	s.names.Ascend(after, func(name string) bool {
+		if name == after { // Ascend starts at after itself
+			return true
 		}
 		defs = append(defs, limiter.Definition{Name: name, Policy: s.byKey[name].Policy()})
-	}
+		return len(defs) < max
+	})
 	return defs, nil
 }
 
@@ -92,9 +106,28 @@ func (s *Store) Delete(_ context.Context, name string) error {
 		return limiter.ErrNotFound
 	}
 	delete(s.byKey, name)
-	i, _ := slices.BinarySearch(s.names, name)
-	s.names = slices.Delete(s.names, i, i+1)
+	s.names.Delete(name)
+	s.shrink()
 	return nil
+}
+
+// shrink copies byKey into a map of its size once it holds a quarter of
+// its peak: a Go map never gives back the room it grew to, so without this
+// a million limiters created and deleted would keep their map's tens of
+// megabytes for the life of the process. Each copy costs the entries
+// copied, and at least three times as many deletions preceded it, so
+// Delete stays O(1) amortized for the map.
+func (s *Store) shrink() {
+	const minPeak = 1024 // below this the room kept is not worth a copy
+	n := len(s.byKey)
+	if s.peak < minPeak || n > s.peak/4 {
+		return
+	}
+	m := make(map[string]*limiter.Limiter, n)
+	for k, v := range s.byKey {
+		m[k] = v
+	}
+	s.byKey, s.peak = m, n
 }
 
 // Acquire takes permits from a limiter, all or nothing.

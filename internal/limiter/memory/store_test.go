@@ -15,7 +15,7 @@ import (
 func newStore(t *testing.T) (*memory.Store, *clocktest.Clock) {
 	t.Helper()
 	c := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	return memory.New(c.Limiter()), c
+	return memory.New(c.Limiter(), 0), c
 }
 
 func put(t *testing.T, s *memory.Store, name string, p limiter.Policy) bool {

@@ -24,6 +24,8 @@ var (
 	deleteLua string
 	//go:embed lua/create.lua
 	createLua string
+	//go:embed lua/reserve.lua
+	reserveLua string
 
 	// A script cannot load another, so both decisions carry the shared
 	// arithmetic in front of their own code.
@@ -38,7 +40,8 @@ var (
 	putScript       = rueidis.NewLuaScript(putLua)
 	deleteScript    = rueidis.NewLuaScript(deleteLua)
 	// createSHA1 names createLua in the EVALSHA commands Create pipelines.
-	createSHA1 = digest(createLua)
+	createSHA1    = digest(createLua)
+	reserveScript = rueidis.NewLuaScript(reserveLua)
 )
 
 // digest is the SHA-1 digest by which EVALSHA names a script's source.

@@ -18,7 +18,8 @@
 //	<prefix>{<name>}:st   the state: GCRA's TAT as a string, or a sliding log as a
 //	                      sorted set; expires when the limiter would be full again,
 //	                      so idle limiters cost nothing but their definition
-//	<prefix>names         sorted set of every limiter name, for List
+//	<prefix>names         sorted set of every limiter name, for List and for
+//	                      the bound on the number of limiters
 //
 // The braces are a Redis Cluster hash tag: a limiter's two keys share a slot,
 // so its scripts run on one node. The name index lives in another slot, so
@@ -30,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -49,6 +51,7 @@ type Store struct {
 	client rueidis.Client
 	prefix string
 	names  string
+	max    int
 
 	mu      sync.Mutex
 	flights map[string]*flight // limiters with an Acquire call in flight; see coalesce
@@ -56,15 +59,20 @@ type Store struct {
 
 // New returns a Store over client whose keys all start with prefix (which
 // may be empty, and must not contain '{' or '}': they would break the hash
-// tags). The client must talk to Redis 7.0 or later; Store never closes it.
-func New(client rueidis.Client, prefix string) (*Store, error) {
+// tags), holding at most maxLimiters limiters (limiter.DefaultMaxLimiters
+// when 0 or less): every Store on the same Redis and prefix shares the
+// bound. The client must talk to Redis 7.0 or later; Store never closes it.
+func New(client rueidis.Client, prefix string, maxLimiters int) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redis: nil client")
 	}
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("redis: key prefix %q must not contain '{' or '}'", prefix)
 	}
-	return &Store{client: client, prefix: prefix, names: prefix + "names", flights: make(map[string]*flight)}, nil
+	if maxLimiters <= 0 {
+		maxLimiters = limiter.DefaultMaxLimiters
+	}
+	return &Store{client: client, prefix: prefix, names: prefix + "names", max: maxLimiters, flights: make(map[string]*flight)}, nil
 }
 
 func (s *Store) defKey(name string) string   { return s.prefix + "{" + name + "}:def" }
@@ -85,17 +93,32 @@ func notFound(op, name string) error {
 // created. An identical policy keeps the limiter's state; a different one
 // starts it full. def.Name must pass limiter.CheckName and def.Policy must
 // be valid; the errors wrap limiter.ErrInvalidName or ErrInvalidPolicy.
+// Creating a limiter while the index holds the Store's maximum of names
+// fails with an error wrapping limiter.ErrTooManyLimiters; replacing one
+// never does.
 //
-// The definition is written first, atomically with its state, then the name
-// is added to the index. If the second step fails the error wraps
-// ErrUnavailable and the limiter works but is missing from List until Put
-// is called again.
+// The name is first reserved in the index, atomically with counting it
+// (see reserve.lua); then the definition is written, atomically with its
+// state; then the name is added to the index once more, for a Delete of
+// the same name that may have removed it meanwhile (see Delete). If the
+// definition cannot be written the error wraps ErrUnavailable and the name
+// stays in the index without a limiter: List skips it, and it counts
+// against the maximum until the name is put or deleted again. A Put racing
+// a Delete of the same name can thus take one name more than the maximum,
+// the room that Delete freed for a moment.
 func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 	if err := limiter.CheckName(def.Name); err != nil {
 		return false, fmt.Errorf("redis: put: %w", err)
 	}
 	if err := def.Policy.Validate(); err != nil {
 		return false, fmt.Errorf("redis: put %q: %w", def.Name, err)
+	}
+	room, err := reserveScript.Exec(ctx, s.client, []string{s.names}, []string{def.Name, strconv.Itoa(s.max)}).AsInt64()
+	if err != nil {
+		return false, unavailable("put", def.Name, err)
+	}
+	if room == 0 {
+		return false, fmt.Errorf("redis: put %q: %w: the maximum is %d", def.Name, limiter.ErrTooManyLimiters, s.max)
 	}
 	args := definitionArgs(def.Policy.Normalize())
 	created, err := putScript.Exec(ctx, s.client, s.keys(def.Name), args).AsInt64()

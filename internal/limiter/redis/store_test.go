@@ -39,6 +39,21 @@ func TestStandalone(t *testing.T) {
 	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
 	t.Run("RestoreBatchKeepsOrder", func(t *testing.T) { testRestoreBatchKeepsOrder(t, c) })
 	t.Run("Keep", func(t *testing.T) { testKeep(t, c) })
+	t.Run("Bound", func(t *testing.T) {
+		storetest.RunBound(t, func(t *testing.T, maxLimiters int) (limiter.Store, limiter.Store) {
+			// Two replicas: two Stores over the same prefix.
+			prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
+			a, err := New(c, prefix, maxLimiters)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := New(c, prefix, maxLimiters)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a, b
+		})
+	})
 }
 
 // AcquireCall replayed as a plain EVALSHA takes permits from the limiter
@@ -77,7 +92,7 @@ func testAcquireCall(t *testing.T, c rueidis.Client) {
 }
 
 func TestKeys(t *testing.T) {
-	s, err := New(rueidisStub{}, "app:")
+	s, err := New(rueidisStub{}, "app:", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +172,7 @@ var prefixes atomic.Int64
 // server do not see each other's limiters.
 func newStore(t testing.TB, c rueidis.Client) *Store {
 	t.Helper()
-	s, err := New(c, fmt.Sprintf("t%d:", prefixes.Add(1)))
+	s, err := New(c, fmt.Sprintf("t%d:", prefixes.Add(1)), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,11 +188,11 @@ func put(t testing.TB, s *Store, name string, p limiter.Policy) {
 
 func TestNewRejectsBraces(t *testing.T) {
 	for _, prefix := range []string{"a{", "}", "{x}:"} {
-		if _, err := New(rueidisStub{}, prefix); err == nil {
+		if _, err := New(rueidisStub{}, prefix, 0); err == nil {
 			t.Errorf("New(prefix %q): got no error, want one", prefix)
 		}
 	}
-	if _, err := New(nil, "p:"); err == nil {
+	if _, err := New(nil, "p:", 0); err == nil {
 		t.Error("New(nil client): got no error, want one")
 	}
 }
