@@ -561,6 +561,11 @@ type NotReady = Problem
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type PayloadTooLarge = Problem
 
+// TooManyLimiters An RFC 9457 problem detail.
+//
+// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+type TooManyLimiters = Problem
+
 // Unauthorized An RFC 9457 problem detail.
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
@@ -791,6 +796,11 @@ type ClientInterface interface {
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
 	//
+	// The server holds at most a configured number of limiters
+	// (`--max-limiters`, 100,000 by default): creating one more is
+	// refused with 409 until one is deleted; replacing one is always
+	// allowed.
+	//
 	// Requires the admin token when the server is configured with one.
 	//
 	// Takes any type of body and a specified content type.
@@ -803,6 +813,11 @@ type ClientInterface interface {
 	// Creates the limiter, or replaces its policy. Replacing a limiter with
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
+	//
+	// The server holds at most a configured number of limiters
+	// (`--max-limiters`, 100,000 by default): creating one more is
+	// refused with 409 until one is deleted; replacing one is always
+	// allowed.
 	//
 	// Requires the admin token when the server is configured with one.
 	//
@@ -1092,6 +1107,11 @@ func (c *Client) GetLimiter(ctx context.Context, name LimiterName, reqEditors ..
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
 //
+// The server holds at most a configured number of limiters
+// (`--max-limiters`, 100,000 by default): creating one more is
+// refused with 409 until one is deleted; replacing one is always
+// allowed.
+//
 // Requires the admin token when the server is configured with one.
 //
 // Takes any type of body and a specified content type.
@@ -1114,6 +1134,11 @@ func (c *Client) PutLimiterWithBody(ctx context.Context, name LimiterName, conte
 // Creates the limiter, or replaces its policy. Replacing a limiter with
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
+//
+// The server holds at most a configured number of limiters
+// (`--max-limiters`, 100,000 by default): creating one more is
+// refused with 409 until one is deleted; replacing one is always
+// allowed.
 //
 // Requires the admin token when the server is configured with one.
 //
@@ -2032,6 +2057,11 @@ type ClientWithResponsesInterface interface {
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
 	//
+	// The server holds at most a configured number of limiters
+	// (`--max-limiters`, 100,000 by default): creating one more is
+	// refused with 409 until one is deleted; replacing one is always
+	// allowed.
+	//
 	// Requires the admin token when the server is configured with one.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -2044,6 +2074,11 @@ type ClientWithResponsesInterface interface {
 	// Creates the limiter, or replaces its policy. Replacing a limiter with
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
+	//
+	// The server holds at most a configured number of limiters
+	// (`--max-limiters`, 100,000 by default): creating one more is
+	// refused with 409 until one is deleted; replacing one is always
+	// allowed.
 	//
 	// Requires the admin token when the server is configured with one.
 	//
@@ -2618,6 +2653,8 @@ type PutLimiterResponse struct {
 	ApplicationProblemJSON400 *BadRequest
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *TooManyLimiters
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *PayloadTooLarge
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -2650,6 +2687,11 @@ func (r PutLimiterResponse) GetApplicationProblemJSON400() *BadRequest {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r PutLimiterResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PutLimiterResponse) GetApplicationProblemJSON409() *TooManyLimiters {
+	return r.ApplicationProblemJSON409
 }
 
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -3311,6 +3353,11 @@ func (c *ClientWithResponses) GetLimiterWithResponse(ctx context.Context, name L
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
 //
+// The server holds at most a configured number of limiters
+// (`--max-limiters`, 100,000 by default): creating one more is
+// refused with 409 until one is deleted; replacing one is always
+// allowed.
+//
 // Requires the admin token when the server is configured with one.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -3329,6 +3376,11 @@ func (c *ClientWithResponses) PutLimiterWithBodyWithResponse(ctx context.Context
 // Creates the limiter, or replaces its policy. Replacing a limiter with
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
+//
+// The server holds at most a configured number of limiters
+// (`--max-limiters`, 100,000 by default): creating one more is
+// refused with 409 until one is deleted; replacing one is always
+// allowed.
 //
 // Requires the admin token when the server is configured with one.
 //
@@ -3865,6 +3917,13 @@ func ParsePutLimiterResponse(rsp *http.Response) (*PutLimiterResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest TooManyLimiters
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge

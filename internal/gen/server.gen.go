@@ -685,6 +685,8 @@ type NotReadyApplicationProblemPlusJSONResponse Problem
 
 type PayloadTooLargeApplicationProblemPlusJSONResponse Problem
 
+type TooManyLimitersApplicationProblemPlusJSONResponse Problem
+
 type UnauthorizedResponseHeaders struct {
 	WWWAuthenticate string
 }
@@ -1233,6 +1235,22 @@ func (response PutLimiter401ApplicationProblemPlusJSONResponse) VisitPutLimiterR
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutLimiter409ApplicationProblemPlusJSONResponse struct {
+	TooManyLimitersApplicationProblemPlusJSONResponse
+}
+
+func (response PutLimiter409ApplicationProblemPlusJSONResponse) VisitPutLimiterResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }

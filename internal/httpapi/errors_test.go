@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/ratelimiter/ratelimiter/client"
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 )
 
 type badRequest struct {
@@ -352,5 +354,45 @@ func TestOpenWithoutAdminToken(t *testing.T) {
 	res, body = e.raw(http.MethodDelete, "/v1/limiters/a", "", "")
 	if res.StatusCode != http.StatusNoContent {
 		t.Fatalf("delete without a configured token: got %d %s, want 204", res.StatusCode, body)
+	}
+}
+
+// Creating a limiter beyond the store's maximum is a 409 problem that
+// creates nothing; replacing one at the maximum still works, and a
+// deletion makes room.
+func TestTooManyLimiters(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, func(o *Options) { o.Limiters = limiter.NewService(memory.New(nil, 2)) })
+	spec := client.LimiterSpec{Limit: 5, Period: "1m"}
+	e.put("a", spec)
+	e.put("b", spec)
+	res, body := e.raw(http.MethodPut, "/v1/limiters/c", "application/json", `{"limit":5,"period":"1m"}`)
+	p := checkProblem(t, res, body, http.StatusConflict)
+	if want := `Limiter "c" was not created`; !strings.Contains(*p.Detail, want) {
+		t.Errorf("detail: got %q, want it to contain %q", *p.Detail, want)
+	}
+	if res, body := e.raw(http.MethodGet, "/v1/limiters/c", "", ""); res.StatusCode != http.StatusNotFound {
+		t.Errorf("GET the refused limiter: got %d %s, want 404", res.StatusCode, body)
+	}
+	// The SDK sees the documented response.
+	sdk, err := e.c.PutLimiterWithResponse(ctx, "c", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sdk.ApplicationProblemJSON409 == nil {
+		t.Errorf("SDK put beyond the maximum: got %d %s, want the 409 problem", sdk.StatusCode(), sdk.Body)
+	}
+	replaced, err := e.c.PutLimiterWithResponse(ctx, "b", client.LimiterSpec{Limit: 9, Period: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replaced.JSON200 == nil || replaced.JSON200.Limit != 9 {
+		t.Errorf("replacing at the maximum: got %d %s, want 200 with limit 9", replaced.StatusCode(), replaced.Body)
+	}
+	if res, body := e.raw(http.MethodDelete, "/v1/limiters/a", "", ""); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: got %d %s, want 204", res.StatusCode, body)
+	}
+	if res, body := e.raw(http.MethodPut, "/v1/limiters/c", "application/json", `{"limit":5,"period":"1m"}`); res.StatusCode != http.StatusCreated {
+		t.Errorf("put after a deletion: got %d %s, want 201", res.StatusCode, body)
 	}
 }

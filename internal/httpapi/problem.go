@@ -92,9 +92,9 @@ func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, p *problem
 
 // problemFor maps an error returned by a handler to the problem answered.
 // It is the one place where domain errors become HTTP statuses: invalid
-// input is a 400, an unknown limiter a 404, an unavailable backend or an
-// expired request a 503, and anything else a 500 whose cause is logged,
-// never sent.
+// input is a 400, an unknown limiter a 404, a limiter beyond the maximum a
+// 409, an unavailable backend or an expired request a 503, and anything
+// else a 500 whose cause is logged, never sent.
 func (s *server) problemFor(r *http.Request, err error) *problem {
 	var p *problem
 	switch {
@@ -102,6 +102,12 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 		return p
 	case errors.Is(err, limiter.ErrNotFound):
 		return &problem{status: http.StatusNotFound, detail: fmt.Sprintf("Limiter %q does not exist.", pathParam(r, "name"))}
+	case errors.Is(err, limiter.ErrTooManyLimiters):
+		// A conflict with the state of the collection, which the caller can
+		// resolve by deleting a limiter (RFC 9110, 15.5.10); not a 507,
+		// which would blame the server for a bound set on purpose.
+		return &problem{status: http.StatusConflict, detail: fmt.Sprintf("Limiter %q was not created: the service holds its maximum number of limiters. "+
+			"Delete one first; replacing an existing limiter is always allowed.", pathParam(r, "name"))}
 	case errors.Is(err, limiter.ErrInvalidName):
 		return rejected("path.name", reason(err, limiter.ErrInvalidName))
 	case errors.Is(err, limiter.ErrInvalidPermits):
