@@ -41,9 +41,11 @@ const (
 
 // DefaultMaxLimiters is the most named limiters a store holds unless
 // configured otherwise: far more than a service declares for its
-// upstreams, few enough that a caller creating limiters in a loop cannot
-// exhaust memory (a limiter costs a few hundred bytes, plus 16 per grant
-// still in a sliding log's window).
+// upstreams, and a bound on what callers creating limiters in a loop can
+// take. In the memory store a GCRA limiter costs about 300 bytes (see
+// memory's TestScale), 30 MB at this bound; a sliding log 16 bytes more
+// per entry in its window, up to MaxLogEntries (64 KiB), so 100,000 full
+// logs would take 6.6 GB: lower the bound where that matters.
 const DefaultMaxLimiters = 100_000
 
 // Bounds of a Policy. They keep every product and sum of the arithmetic
