@@ -80,7 +80,9 @@ func (s *Service) unavailable(ctx context.Context, err error) bool {
 	return s.opts.Unavailable(ctx, err)
 }
 
-// Put validates def and creates or replaces the limiter; see Store.Put.
+// Put validates def and creates or replaces the limiter; see Store.Put,
+// whose maximum number of limiters refuses a creation with an error
+// wrapping ErrTooManyLimiters.
 func (s *Service) Put(ctx context.Context, def Definition) (created bool, err error) {
 	ctx, span := s.start(ctx, "limiter.Put", def.Name)
 	defer func() { end(span, err) }()

@@ -20,7 +20,9 @@ type Definition struct {
 type Store interface {
 	// Put creates the limiter or replaces its policy, and reports whether it
 	// was created. Replacing a limiter with an identical policy keeps its
-	// state; a different policy starts it full.
+	// state; a different policy starts it full. Creating one beyond the
+	// store's maximum number of limiters fails with an error wrapping
+	// ErrTooManyLimiters and creates nothing; replacing one never does.
 	Put(ctx context.Context, def Definition) (created bool, err error)
 	// Get returns the limiter's definition, with defaults filled in.
 	Get(ctx context.Context, name string) (Definition, error)
