@@ -17,7 +17,9 @@
 // recorded, or none are and the state is unchanged.
 //
 // Time is data: every operation takes the current time as an argument, so
-// the algorithms never read a clock and can be tested at any instant.
+// the algorithms never read a clock and can be tested at any instant. The
+// in-process backends read it from a Clock, which steps of the wall clock
+// do not move.
 // Arithmetic is exact integer arithmetic in nanoseconds (GCRA counts in units
 // of 1/Limit of a nanosecond), so no rounding accumulates.
 package limiter
