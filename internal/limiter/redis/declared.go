@@ -3,7 +3,9 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -17,16 +19,20 @@ import (
 // order of defs. Each def must be valid (limiter.CheckName,
 // Policy.Validate); Create does not check.
 //
-// All of it takes one pipelined round trip: one script per limiter, which
-// writes its definition if absent, atomically, then one ZADD of every name
-// to the index, so that a limiter whose name an interrupted call left out
-// of List is listed again. (If the server lost its scripts, those answered
-// NOSCRIPT are sent again with their source.) The error wraps
-// ErrUnavailable, for the first limiter Redis did not create or confirm;
-// the others' answers stand.
-func (s *Store) Create(ctx context.Context, defs ...limiter.Definition) (created []string, err error) {
+// Creating counts against the Store's maximum as Put does: each name is
+// first reserved in the index (reserve.lua, one pipelined round trip for
+// all), and a limiter for which the index has no room is not created; the
+// error then wraps limiter.ErrTooManyLimiters. The reserved ones take one
+// more round trip: one script per limiter, which writes its definition if
+// absent, atomically, then one ZADD of their names to the index, for a
+// Delete that may have removed one meanwhile (see Put). (If the server
+// lost its scripts, those answered NOSCRIPT are sent again with their
+// source.) Otherwise the error wraps ErrUnavailable, for the first limiter
+// Redis did not reserve, create or confirm; the others' answers stand.
+func (s *Store) Create(ctx context.Context, all ...limiter.Definition) (created []string, err error) {
+	defs, err := s.reserve(ctx, all)
 	if len(defs) == 0 {
-		return nil, nil
+		return nil, err
 	}
 	c := s.client
 	cmds := make(rueidis.Commands, len(defs))
@@ -73,6 +79,37 @@ func (s *Store) Create(ctx context.Context, defs ...limiter.Definition) (created
 		err = unavailable("create", defs[0].Name, zerr)
 	}
 	return created, err
+}
+
+// reserve makes room in the index for each of defs, as Put does, in one
+// pipelined round trip, and returns those it made room for. The error
+// wraps limiter.ErrTooManyLimiters, or ErrUnavailable, for the first one
+// it could not.
+func (s *Store) reserve(ctx context.Context, defs []limiter.Definition) (reserved []limiter.Definition, err error) {
+	if len(defs) == 0 {
+		return nil, nil
+	}
+	max := strconv.Itoa(s.max)
+	execs := make([]rueidis.LuaExec, len(defs))
+	for i, def := range defs {
+		execs[i] = rueidis.LuaExec{Keys: []string{s.names}, Args: []string{def.Name, max}}
+	}
+	for i, reply := range reserveScript.ExecMulti(ctx, s.client, execs...) {
+		room, rerr := reply.AsInt64()
+		switch {
+		case rerr != nil:
+			if err == nil {
+				err = unavailable("create", defs[i].Name, rerr)
+			}
+		case room == 0:
+			if err == nil {
+				err = fmt.Errorf("redis: create %q: %w: the maximum is %d", defs[i].Name, limiter.ErrTooManyLimiters, s.max)
+			}
+		default:
+			reserved = append(reserved, defs[i])
+		}
+	}
+	return reserved, err
 }
 
 // Declare puts each declared limiter, so that the configuration's policy

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -251,5 +252,34 @@ func TestLazyNotConnected(t *testing.T) {
 				t.Errorf("got %v, want ErrNotConnected, which wraps ErrUnavailable", err)
 			}
 		})
+	}
+}
+
+// Declared limiters count against the maximum as those created through
+// the API do: Create brings back none that would pass it, and leaves what
+// is there alone.
+func testCreateWithinBound(t *testing.T, c rueidis.Client) {
+	ctx := context.Background()
+	s, err := New(c, fmt.Sprintf("t%d:", prefixes.Add(1)), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, "x", hourly)
+	put(t, s, "y", hourly)
+	created, err := s.Create(ctx, limiter.Definition{Name: "a", Policy: hourly}, limiter.Definition{Name: "x", Policy: logged})
+	if !errors.Is(err, limiter.ErrTooManyLimiters) || len(created) != 0 {
+		t.Fatalf("Create(a, x) with 2 of 2 names taken: got %v, %v; want nothing created and ErrTooManyLimiters", created, err)
+	}
+	if got := listed(t, s); !slices.Equal(got, []string{"x", "y"}) {
+		t.Errorf("List after Create: got %v, want [x y]", got)
+	}
+	if got, err := s.Get(ctx, "x"); err != nil || got.Policy != hourly.Normalize() {
+		t.Errorf("Get(x): got %+v, %v; want the policy put, %+v", got, err, hourly.Normalize())
+	}
+	if err := s.Delete(ctx, "y"); err != nil {
+		t.Fatal(err)
+	}
+	if created, err := s.Create(ctx, limiter.Definition{Name: "a", Policy: hourly}); err != nil || !slices.Equal(created, []string{"a"}) {
+		t.Errorf("Create(a) after a delete made room: got %v, %v; want [a]", created, err)
 	}
 }

@@ -36,6 +36,7 @@ func TestStandalone(t *testing.T) {
 	t.Run("AcquireCall", func(t *testing.T) { testAcquireCall(t, c) })
 	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
 	t.Run("Create", func(t *testing.T) { testCreate(t, c) })
+	t.Run("CreateWithinBound", func(t *testing.T) { testCreateWithinBound(t, c) })
 	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
 	t.Run("RestoreBatchKeepsOrder", func(t *testing.T) { testRestoreBatchKeepsOrder(t, c) })
 	t.Run("Keep", func(t *testing.T) { testKeep(t, c) })
@@ -153,6 +154,7 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
 	t.Run("Create", func(t *testing.T) { testCreate(t, c) })
+	t.Run("CreateWithinBound", func(t *testing.T) { testCreateWithinBound(t, c) })
 	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
 }
 
