@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 )
@@ -46,6 +44,19 @@ func (s *server) admit(next http.Handler) http.Handler {
 				defer b.release()
 			}
 		}
+		if b != nil {
+			// Before any validator walks the body: bounded in depth, and
+			// free of what kin-openapi would let through. The hot
+			// operations' own checks refuse duplicates and nulls.
+			check := checkMembers
+			if op.fast != fastNone {
+				check = checkDepth
+			}
+			if p := check(b.buf); p != nil {
+				s.writeProblem(w, r, p)
+				return
+			}
+		}
 		if op.fast != fastNone {
 			r, p := validateFast(op, r, b)
 			if p != nil {
@@ -54,12 +65,6 @@ func (s *server) admit(next http.Handler) http.Handler {
 			}
 			next.ServeHTTP(w, r)
 			return
-		}
-		if b != nil {
-			if p := checkMembers(b.buf); p != nil {
-				s.writeProblem(w, r, p)
-				return
-			}
 		}
 		if r.Method == http.MethodHead {
 			// kin-openapi knows the GET operation only: check the request
@@ -175,47 +180,4 @@ func readAll(dst []byte, r io.Reader) ([]byte, error) {
 			return dst, err
 		}
 	}
-}
-
-// checkMembers refuses what kin-openapi would let through in a body, at any
-// depth: duplicate members, of which it keeps the last rather than guess
-// which one the caller meant, and null members or elements, which it
-// replaces with their default. No request schema has a nullable value.
-func checkMembers(data []byte) *problem {
-	return checkValue(data, "body")
-}
-
-// checkValue is checkMembers for the valid JSON value data found at where.
-func checkValue(data []byte, where string) *problem {
-	var p *problem
-	switch data[skipSpace(data, 0)] {
-	case '{':
-		var keys []string
-		members(data, func(key, value []byte) bool {
-			name := string(key)
-			switch {
-			case slices.Contains(keys, name):
-				p = invalid(where+"."+name, "appears more than once")
-			case value[0] == 'n':
-				p = invalid(where+"."+name, "must not be null")
-			default:
-				p = checkValue(value, where+"."+name)
-			}
-			keys = append(keys, name)
-			return p == nil
-		})
-	case '[':
-		i := 0
-		elements(data, func(value []byte) bool {
-			at := where + "." + strconv.Itoa(i)
-			if value[0] == 'n' {
-				p = invalid(at, "must not be null")
-			} else {
-				p = checkValue(value, at)
-			}
-			i++
-			return p == nil
-		})
-	}
-	return p
 }

@@ -1,0 +1,163 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// maxDepth bounds how deeply arrays and objects nest in a request body,
+// the body itself counting as the first level. The deepest request schema
+// nests three (a batch, its acquisitions, one acquisition); a deeper body
+// is refused before any validator sees it, since kin-openapi decodes and
+// walks every level of what it is given.
+const maxDepth = 32
+
+// smallObject is how many member names an object may have before its
+// names go into a map: below it, comparing with each one is cheaper.
+const smallObject = 16
+
+// checkMembers refuses what kin-openapi would let through in a body, at any
+// depth: duplicate members, of which it keeps the last rather than guess
+// which one the caller meant, and null members or elements, which it
+// replaces with their default. No request schema has a nullable value. It
+// also refuses a body nested deeper than maxDepth. data must be valid JSON
+// (json.Valid); checkMembers reads it once, in time linear in its length,
+// and reports the first problem in the order of the text.
+func checkMembers(data []byte) *problem {
+	var c scan
+	return c.run(data, true)
+}
+
+// checkDepth refuses a body nested deeper than maxDepth, and nothing else:
+// the hot operations' own checks refuse duplicates and nulls. data must be
+// valid JSON.
+func checkDepth(data []byte) *problem {
+	var c scan
+	return c.run(data, false)
+}
+
+// scan is one pass over a valid JSON value. It keeps the path to where it
+// is, so that a problem can name its location, but builds that location
+// only for a problem.
+type scan struct {
+	stack [maxDepth]frame
+	depth int      // open arrays and objects, stack[:depth]
+	names [][]byte // member names of the open small objects, outermost first
+}
+
+// frame is an open array or object.
+type frame struct {
+	object  bool
+	wantKey bool   // an object's next string is a member name
+	index   int    // an array's current element
+	key     []byte // an object's current member name, unescaped
+	names   int    // where the object's names start in scan.names
+	set     map[string]struct{}
+}
+
+// run scans data, checking members and nulls too when members is set.
+func (c *scan) run(data []byte, members bool) *problem {
+	for i := 0; i < len(data); {
+		switch data[i] {
+		case '{', '[':
+			if c.depth == maxDepth {
+				return invalid(c.location(), fmt.Sprintf("nests arrays and objects deeper than %d levels", maxDepth))
+			}
+			object := data[i] == '{'
+			c.stack[c.depth] = frame{object: object, wantKey: object, names: len(c.names)}
+			c.depth++
+			i++
+		case '}', ']':
+			c.depth--
+			c.names = c.names[:c.stack[c.depth].names]
+			c.stack[c.depth] = frame{} // let go of the names
+			i++
+		case ',':
+			if f := c.top(); f.object {
+				f.wantKey = true
+			} else {
+				f.index++
+			}
+			i++
+		case '"':
+			end := skipString(data, i)
+			if f := c.top(); f != nil && f.wantKey {
+				f.wantKey = false
+				f.key = data[i+1 : end-1]
+				if bytes.IndexByte(f.key, '\\') >= 0 {
+					var name string
+					_ = json.Unmarshal(data[i:end], &name) // valid JSON: cannot fail
+					f.key = []byte(name)
+				}
+				if members && c.seen(f) {
+					return invalid(c.location(), "appears more than once")
+				}
+			}
+			i = end
+		case 'n':
+			if members && c.depth > 0 {
+				return invalid(c.location(), "must not be null")
+			}
+			i += len("null")
+		default: // space, colon, number, true or false
+			i++
+		}
+	}
+	return nil
+}
+
+// top is the innermost open array or object, or nil.
+func (c *scan) top() *frame {
+	if c.depth == 0 {
+		return nil
+	}
+	return &c.stack[c.depth-1]
+}
+
+// seen reports whether f's current member name came before in f, and
+// remembers it. A small object compares it with each name before; a
+// larger one looks it up in a set, so that a wide object costs time
+// linear in its width.
+func (c *scan) seen(f *frame) bool {
+	if f.set != nil {
+		if _, ok := f.set[string(f.key)]; ok {
+			return true
+		}
+		f.set[string(f.key)] = struct{}{}
+		return false
+	}
+	before := c.names[f.names:]
+	for _, name := range before {
+		if bytes.Equal(name, f.key) {
+			return true
+		}
+	}
+	if len(before) < smallObject {
+		c.names = append(c.names, f.key)
+		return false
+	}
+	f.set = make(map[string]struct{}, 2*smallObject)
+	for _, name := range before {
+		f.set[string(name)] = struct{}{}
+	}
+	f.set[string(f.key)] = struct{}{}
+	c.names = c.names[:f.names]
+	return false
+}
+
+// location names the value at the current place in the body, for a
+// problem: "body", then each member name or array index on the way.
+func (c *scan) location() string {
+	b := []byte("body")
+	for _, f := range c.stack[:c.depth] {
+		b = append(b, '.')
+		if f.object {
+			b = append(b, f.key...)
+		} else {
+			b = strconv.AppendInt(b, int64(f.index), 10)
+		}
+	}
+	return string(b)
+}
