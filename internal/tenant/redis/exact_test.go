@@ -103,6 +103,63 @@ func testMatchesRegistry(t *testing.T, c rueidis.Client, configs []tenant.Config
 	t.Log(n)
 }
 
+// oneShardIPs are addresses of tenants all in shard 0, IPv4 and IPv6, so
+// that the shard's bound is the whole bound of the Registry they are
+// compared with (see redisConfig).
+var oneShardIPs = func() []string {
+	var ips []string
+	for i := 0; len(ips) < 12; i++ {
+		ip := fmt.Sprintf("198.51.100.%d", i)
+		if i%3 == 0 {
+			ip = fmt.Sprintf("2001:db8:%x::1", i)
+		}
+		if key, _, _ := tenant.Key(ip, 64); shardOf(key) == 0 {
+			ips = append(ips, ip)
+		}
+	}
+	return ips
+}()
+
+// redisConfig is the Config of Tenants that answer as a Registry of cfg
+// does for tenants ips: the same, but for a MaxTenants, which each shard
+// holds its share of. So with a MaxTenants every ip must be in one shard.
+func redisConfig(t *testing.T, cfg tenant.Config, ips []string) tenant.Config {
+	t.Helper()
+	if cfg.MaxTenants == 0 {
+		return cfg
+	}
+	for _, ip := range ips {
+		if key, _, _ := tenant.Key(ip, cfg.IPv6Prefix); shardOf(key) != 0 {
+			t.Fatalf("%s is in shard %d: a bound of tenants is compared in shard 0 only", ip, shardOf(key))
+		}
+	}
+	cfg.MaxTenants *= numShards
+	return cfg
+}
+
+// testBoundMatchesRegistry: at the bound of tenants, acquisitions and
+// availabilities answer as the Registry's, which its own tests hold to a
+// model: a newcomer evicts the tenant with the most permits left, or is
+// denied with RegistryFull when it is limited, and Available says so.
+func testBoundMatchesRegistry(t *testing.T, c rueidis.Client) {
+	var n tally
+	for ci, cfg := range []tenant.Config{
+		{Policy: limiter.Policy{Limit: 4, Period: time.Second}, MaxTenants: 5},
+		{Policy: limiter.Policy{Limit: 7, Period: time.Second, Burst: 3}, MaxTenants: 1},
+		{Policy: limiter.Policy{Limit: 1, Period: time.Hour}, MaxTenants: 3},
+		{Policy: limiter.Policy{Limit: 4, Period: time.Second, Algorithm: limiter.SlidingLog}, MaxTenants: 5},
+		{Policy: limiter.Policy{Limit: 2, Period: time.Second, Algorithm: limiter.SlidingLog}, MaxTenants: 1},
+		{Policy: limiter.Policy{Limit: 1, Period: time.Hour, Algorithm: limiter.SlidingLog}, MaxTenants: 3},
+	} {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprintf("%d/seed=%d", ci, seed), func(t *testing.T) {
+				runAgainstRegistry(t, c, cfg, oneShardIPs, opMix{lowest: 10, available: 25, step: 10}, seed, 1500, &n)
+			})
+		}
+	}
+	t.Log(n)
+}
+
 // testLowestAtScale runs sequences over a thousand tenants, many of them
 // holding grants that are leaving the window, so that the sliding log's
 // walk reads past stale bounds, lowers them, and pages through its index.
@@ -138,7 +195,7 @@ func runAgainstRegistry(t *testing.T, c rueidis.Client, cfg tenant.Config, ips [
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := newTenants(t, c, cfg)
+	ts := newTenants(t, c, redisConfig(t, cfg, ips))
 	p := reg.Policy()
 	capacity := p.Burst
 	if p.Algorithm == limiter.SlidingLog {

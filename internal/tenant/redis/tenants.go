@@ -31,10 +31,22 @@
 // an index key when the last of its tenants would be: idle tenants cost
 // nothing. Index members of full tenants are trimmed by the operations of
 // their shard, up to 16 per acquisition, so they cannot pile up either.
-// Nothing bounds the number of tenants but Redis's maxmemory, so
-// Config.MaxTenants has no meaning here and Decision.RegistryFull is never
-// set. Run Redis with maxmemory-policy noeviction: an evicted state forgives
-// its tenant (Lowest then skips the stale index member and drops it).
+//
+// # Bound
+//
+// The tenants remembered are bounded as in a tenant.Registry, by
+// tenant.Bound(cfg, TenantBytes(policy)): Config.MaxTenants, lowered to
+// what Config.MaxBytes holds at this backend's cost per tenant. Each shard
+// holds at most its share, the bound divided by 16 and rounded up, kept
+// atomically by the scripts (the shard's index is its count); a newcomer to
+// a full shard evicts, or is denied with Decision.RegistryFull, as
+// Config.MaxTenants describes, among that shard's tenants. So a spray of
+// distinct addresses cannot grow Redis's memory past about MaxBytes, and
+// Available tells a newcomer what an acquisition would. Run Redis with
+// maxmemory-policy noeviction and a maxmemory above MaxBytes and what else
+// it holds: an evicted state forgives its tenant (Lowest then skips the
+// stale index member and drops it), and a write refused for memory is an
+// unavailable backend.
 //
 // # Redis Cluster
 //
@@ -94,8 +106,11 @@ type Tenants struct {
 	def    []string     // the policy as the scripts read it
 	rate   limiter.Rate // GCRA's arithmetic, for Lowest's entries
 	budget int          // see walkBudget; tests lower it
-	reruns atomic.Int64 // shard scripts of Lowest sent again, for tests
-	shards [numShards]shard
+	// shardMax is how many tenants each shard holds at most, as decimal
+	// for the scripts: the bound of tenant.Bound divided among the shards.
+	shardMax string
+	reruns   atomic.Int64 // shard scripts of Lowest sent again, for tests
+	shards   [numShards]shard
 }
 
 // New returns Tenants over client for cfg, whose keys all start with prefix
@@ -105,9 +120,9 @@ type Tenants struct {
 // closes it.
 //
 // The error wraps limiter.ErrInvalidPolicy for an invalid cfg.Policy and
-// tenant.ErrInvalidConfig for an IPv6 prefix out of range or a negative
-// MaxTenants, as tenant.New does; any other MaxTenants is accepted and has
-// no effect (see the package doc).
+// tenant.ErrInvalidConfig for an IPv6 prefix out of range, a negative
+// MaxTenants or a MaxBytes that holds no tenant, as tenant.New does. See
+// the package doc for how the bound is kept.
 func New(client rueidis.Client, prefix string, cfg tenant.Config) (*Tenants, error) {
 	if client == nil {
 		return nil, errors.New("redis: tenants: nil client")
@@ -124,11 +139,15 @@ func New(client rueidis.Client, prefix string, cfg tenant.Config) (*Tenants, err
 	if cfg.IPv6Prefix < 1 || cfg.IPv6Prefix > tenant.MaxIPv6Prefix {
 		return nil, fmt.Errorf("redis: tenants: %w: IPv6 prefix must be between 1 and %d, got %d", tenant.ErrInvalidConfig, tenant.MaxIPv6Prefix, cfg.IPv6Prefix)
 	}
-	if cfg.MaxTenants < 0 {
-		return nil, fmt.Errorf("redis: tenants: %w: max tenants must be at least 1, got %d", tenant.ErrInvalidConfig, cfg.MaxTenants)
-	}
 	p := cfg.Policy.Normalize()
-	ts := &Tenants{client: client, policy: p, bits: cfg.IPv6Prefix, def: limiterredis.DefinitionValues(p), budget: walkBudget}
+	bound, err := tenant.Bound(cfg, TenantBytes(p))
+	if err != nil {
+		return nil, fmt.Errorf("redis: tenants: %w", err)
+	}
+	ts := &Tenants{
+		client: client, policy: p, bits: cfg.IPv6Prefix, def: limiterredis.DefinitionValues(p), budget: walkBudget,
+		shardMax: strconv.Itoa(shardMax(bound)),
+	}
 	if p.Algorithm == limiter.GCRA {
 		ts.rate = limiter.NewRate(p)
 	}
@@ -210,15 +229,15 @@ func (ts *Tenants) acquire(ctx context.Context, ip string, permits int64, nowMic
 	if ts.policy.Algorithm == limiter.SlidingLog {
 		keys = append(keys, sh.exp)
 	}
-	args := ts.args(strconv.FormatInt(permits, 10), h, nowMicros)
+	args := ts.args(strconv.FormatInt(permits, 10), h, nowMicros, ts.shardMax)
 	v, err := acquireScript.Exec(ctx, ts.client, keys, args).AsIntSlice()
 	if err != nil {
 		return tenant.Decision{}, unavailable("acquire", name, err)
 	}
-	if len(v) != limiterredis.DecisionFields {
+	if len(v) != limiterredis.DecisionFields+1 {
 		return tenant.Decision{}, unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v))
 	}
-	return tenant.Decision{Tenant: name, Decision: limiterredis.DecisionOf(v, permits)}, nil
+	return tenant.Decision{Tenant: name, Decision: limiterredis.DecisionOf(v, permits), RegistryFull: v[limiterredis.DecisionFields] == 1}, nil
 }
 
 // available is Available at nowMicros, like acquire.
@@ -228,16 +247,20 @@ func (ts *Tenants) available(ctx context.Context, ip, nowMicros string) (tenant.
 		return tenant.Availability{}, fmt.Errorf("redis: tenant available %s: %w", quote(ip), err)
 	}
 	sh := &ts.shards[shardOf(key)]
-	v, err := availableScript.Exec(ctx, ts.client, []string{sh.base + hexKey(key)}, ts.args(nowMicros)).AsIntSlice()
+	keys := []string{sh.base + hexKey(key), sh.idx}
+	if ts.policy.Algorithm == limiter.SlidingLog {
+		keys = append(keys, sh.exp)
+	}
+	v, err := availableScript.Exec(ctx, ts.client, keys, ts.args(nowMicros, ts.shardMax)).AsIntSlice()
 	if err != nil {
 		return tenant.Availability{}, unavailable("available", name, err)
 	}
-	if len(v) != 4 {
+	if len(v) != 5 {
 		return tenant.Availability{}, unavailable("available", name, fmt.Errorf("unexpected reply %v", v))
 	}
 	return tenant.Availability{Tenant: name, Availability: limiter.Availability{
 		Remaining: v[0], Limit: v[1], ResetAfter: limiterredis.Duration(v[2], v[3]),
-	}}, nil
+	}, RegistryFull: v[4] == 1}, nil
 }
 
 // args is the policy followed by a script's own arguments.

@@ -29,6 +29,7 @@ func TestStandalone(t *testing.T) {
 	})
 	t.Run("GCRAMatchesRegistry", func(t *testing.T) { testMatchesRegistry(t, c, gcraConfigs) })
 	t.Run("SlidingLogMatchesRegistry", func(t *testing.T) { testMatchesRegistry(t, c, logConfigs) })
+	t.Run("BoundMatchesRegistry", func(t *testing.T) { testBoundMatchesRegistry(t, c) })
 	t.Run("LowestMatchesRegistryAtScale", func(t *testing.T) { testLowestAtScale(t, c) })
 	t.Run("LoweredBounds", func(t *testing.T) { testLoweredBounds(t, c) })
 	t.Run("WalkBudget", func(t *testing.T) { testWalkBudget(t, c) })

@@ -74,3 +74,69 @@ local function log_trim(idx, exp, now)
     zrem(exp, old)
   end
 end
+
+-- Room. A shard holds at most `max` tenants, its index's members (the Go
+-- side passes the bound of tenant.Config divided among the shards). A
+-- tenant the index does not hold takes a member only if there is room, made
+-- as tenant.Config.MaxTenants describes: the tenant evicted first (the last
+-- index member under GCRA: the earliest TAT, then the largest key; the
+-- first of the expiry index under the sliding log: the log that empties
+-- first, then the largest key) is evicted if it has a permit left. Each
+-- returns nil when there is room (having evicted that tenant if `evict`),
+-- or, when that tenant is limited, how long until it regains one permit:
+-- {µs, ns}. With `evict` false they write nothing, for available.lua.
+
+local function gcra_room(g, idx, base, now, max, evict)
+  if redis.call('ZCARD', idx) < max then
+    return nil
+  end
+  local v = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+  local m = v[1]
+  local tat_us, tat_r = -tonumber(v[2]), R_MAX - tonumber(string.sub(m, 1, 12))
+  local ba, bb = 0, 0
+  if tat_us > now or tat_us == now and tat_r > 0 then
+    ba, bb = tat_us - now, tat_r
+  end
+  if gcra_remaining(g, ba, bb) >= 1 then
+    if evict then
+      redis.call('ZREM', idx, m)
+      redis.call('DEL', base .. string.sub(m, 13))
+    end
+    return nil
+  end
+  -- The wait for one permit, as an acquisition of one would be told.
+  local ca, cb = gcra_cost(g, 1)
+  local aa, ab = ba + ca, bb + cb
+  if ab >= g.m then
+    aa, ab = aa + 1, ab - g.m
+  end
+  local xa, xb = aa - g.ta, ab - g.tb
+  if xb < 0 then
+    xa, xb = xa - 1, xb + g.m
+  end
+  return {gcra_duration(g, xa, xb)}
+end
+
+local function log_room(w, idx, exp, base, now, max, evict)
+  if redis.call('ZCARD', idx) < max then
+    return nil
+  end
+  local first = redis.call('ZRANGE', exp, 0, 0, 'WITHSCORES')
+  local m = redis.call('ZRANGE', exp, first[2], first[2], 'BYSCORE', 'REV', 'LIMIT', 0, 1)[1]
+  local key = base .. string.sub(m, 17)
+  local l = log_read(key, w, now)
+  local used = 0
+  if l.member then
+    used = l.total - l.base
+  end
+  if used < w.limit then
+    if evict then
+      redis.call('DEL', key)
+      redis.call('ZREM', idx, m)
+      redis.call('ZREM', exp, m)
+    end
+    return nil
+  end
+  local e = redis.call('ZRANGEBYSCORE', key, fmt(l.base + used + 1 - w.limit), '+inf', 'LIMIT', 0, 1)
+  return {log_until(w, tonumber(e[1]), now)}
+end
