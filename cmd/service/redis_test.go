@@ -183,8 +183,18 @@ func TestRedisOutageFailOpen(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	env := map[string]string{"RATELIMITER_REDIS_FAILURE_MODE": "fail-open", "RATELIMITER_REDIS_TIMEOUT": "1s"}
 	c := replica(t, srv.Addr, env)
-	if res, err := c.PutLimiterWithResponse(t.Context(), "upstream", client.LimiterSpec{Limit: 1, Period: "1h"}); err != nil || res.StatusCode() != http.StatusCreated {
-		t.Fatalf("put: %v %v", res, err)
+	// Under fail-open the replica is ready before it has connected: until
+	// it has, a definition cannot be written and the PUT answers 503.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := c.PutLimiterWithResponse(t.Context(), "upstream", client.LimiterSpec{Limit: 1, Period: "1h"})
+		if err == nil && res.StatusCode() == http.StatusCreated {
+			break
+		}
+		if err != nil || res.StatusCode() != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("put: got %v, %v; want 201 once connected", res.Status(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	srv.Stop(t)
 	for range 3 {
