@@ -191,8 +191,11 @@ func TestRedisOutageFailOpen(t *testing.T) {
 		if err == nil && res.StatusCode() == http.StatusCreated {
 			break
 		}
-		if err != nil || res.StatusCode() != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("put: got %v, %v; want 201 once connected", res.Status(), err)
+		if err != nil {
+			t.Fatalf("put: %v", err)
+		}
+		if res.StatusCode() != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("put: got %s, want 201 once connected", res.Status())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
