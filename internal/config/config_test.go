@@ -339,7 +339,7 @@ func TestInvalid(t *testing.T) {
 		{name: "tenant max bytes unit", args: []string{"--tenant-max-bytes", "1MB"}, want: []string{"--tenant-max-bytes", "MiB", `"1MB"`}},
 		{name: "tenant max bytes overflow", args: []string{"--tenant-max-bytes", "9999999999GiB"}, want: []string{"--tenant-max-bytes", `"9999999999GiB"`}},
 		{name: "tenant max bytes below one requester", args: []string{"--tenant-max-bytes", "2000", "--tenant-algorithm", "sliding_log"},
-			want: []string{"--tenant-max-bytes", "2000 bytes do not hold one requester", "2208 bytes", "--tenant-algorithm"}},
+			want: []string{"--tenant-max-bytes", "2000 bytes do not hold one requester", "2240 bytes", "--tenant-algorithm"}},
 		{name: "tenant burst negative", args: []string{"--tenant-burst", "-1"}, want: []string{"--tenant-burst"}},
 		{name: "tenant burst above limit", env: map[string]string{"RATELIMITER_TENANT_BURST": "200"},
 			want: []string{"per-IP policy", "RATELIMITER_TENANT_BURST", "burst"}},

@@ -9,7 +9,7 @@ import (
 
 // DefaultMaxBytes is the bound a zero Config.MaxBytes stands for: 256 MiB.
 // At the default policy (GCRA) it never binds below DefaultMaxTenants; under
-// the sliding log at a Limit of 100 it bounds the registry to about 125,000
+// the sliding log at a Limit of 100 it bounds the registry to 119,837
 // tenants.
 const DefaultMaxBytes = 256 << 20
 
@@ -23,18 +23,19 @@ const (
 	// grants: its 56-byte state in a 64-byte allocation, its map entry (16
 	// bytes and a control byte per slot, at a load that falls to 7/16 just
 	// after the map grows: 39 bytes), its index item (16 bytes in B-tree
-	// nodes at least half full: 32 bytes, and node headers), rounded up.
-	logTenantBytes = 160
+	// nodes at least half full: 32 bytes, and node headers), with room to
+	// spare: 10,000,000 addresses measured 135 bytes a tenant besides rings.
+	logTenantBytes = 192
 	// logEntryBytes is one grant in a tenant's ring.
 	logEntryBytes = 16
 )
 
 // TenantBytes returns the most memory, in bytes, one remembered tenant of
 // policy p can hold in a Registry. Under GCRA it is 48 whatever the policy.
-// Under the sliding log it is 160 plus 16 per slot of the tenant's ring of
+// Under the sliding log it is 192 plus 16 per slot of the tenant's ring of
 // grants, which grows in powers of two up to min(Limit, 4096) slots (at
 // least 4), and never shrinks while the tenant is remembered: at a Limit of
-// 100, 160 + 16·128 = 2208 bytes. It is a bound on live memory; a Go process
+// 100, 192 + 16·128 = 2240 bytes. It is a bound on live memory; a Go process
 // also holds garbage until its collector runs (up to as much again at the
 // default GOGC=100, unless GOMEMLIMIT caps it).
 func TenantBytes(p limiter.Policy) int64 {

@@ -4,31 +4,43 @@ import "github.com/ratelimiter/ratelimiter/internal/limiter"
 
 // Worst cases of one tenant in Redis, in bytes of used_memory; see
 // TenantBytes. They were measured on Redis 7.0 (jemalloc, default
-// encodings) with 1,000,000 tenants and rounded up; see the README.
+// encodings) and given room for the hash tables' growth: a table holds
+// between one and two buckets of 8 bytes a key, three while it rehashes.
 const (
 	// gcraTenantBytes is a state key with its value and expiry, plus its
-	// member in the shard's index (a skiplist and a dict entry).
-	gcraTenantBytes = 320
-	// logTenantBytes is a sliding log's key and expiry plus its members
-	// in the shard's index and expiry index; logEntryBytes is one grant in
-	// its sorted set (a listpack up to 128 entries, a skiplist above).
-	logTenantBytes = 480
-	logEntryBytes  = 96
+	// member in the shard's index (a skiplist node and a dict entry):
+	// 313 bytes measured at 100,000 tenants.
+	gcraTenantBytes = 384
+	// logTenantBytes is a sliding log's key, sorted set and expiry, plus
+	// its members in the shard's index and expiry index.
+	logTenantBytes = 512
+	// A log's sorted set is a listpack up to zsetListpackEntries elements
+	// (13 bytes an element measured at 101), a skiplist above (131 bytes
+	// an element measured at 201).
+	listpackEntryBytes  = 16
+	skiplistEntryBytes  = 160
+	zsetListpackEntries = 128 // Redis's zset-max-listpack-entries default
 )
 
 // TenantBytes returns the most Redis memory one tenant of policy p takes,
-// in bytes: 320 under GCRA whatever the policy; under the sliding log 480
-// plus 96 per element of its log: a base and one per grant in the window,
-// at most min(Limit, 4096). Tenants of a Config bound by MaxBytes hold at most
-// MaxBytes / TenantBytes of them.
+// in bytes, at Redis's default encodings: 384 under GCRA whatever the
+// policy. Under the sliding log, 512 plus, per element of its log (a base
+// and one per grant in the window, at most 1 + min(Limit, 4096)), 16 bytes
+// while they number at most 128 (Redis keeps the set as a listpack) and
+// 160 above (a skiplist): at a Limit of 100, 512 + 16·101 = 2128 bytes; at
+// 200, 512 + 160·201 = 32,672. Tenants of a Config bound by MaxBytes hold
+// at most MaxBytes / TenantBytes of them.
 func TenantBytes(p limiter.Policy) int64 {
 	p = p.Normalize()
 	if p.Algorithm == limiter.GCRA {
 		return gcraTenantBytes
 	}
-	// A log's sorted set holds a base element and one per grant, at most
-	// limiter.MaxLogEntries (older grants merge, as in limiter.Log).
-	return logTenantBytes + logEntryBytes*(1+min(p.Limit, limiter.MaxLogEntries))
+	// Older grants merge beyond limiter.MaxLogEntries, as in limiter.Log.
+	elements := 1 + min(p.Limit, limiter.MaxLogEntries)
+	if elements <= zsetListpackEntries {
+		return logTenantBytes + listpackEntryBytes*elements
+	}
+	return logTenantBytes + skiplistEntryBytes*elements
 }
 
 // shardMax divides a bound of tenants among the shards, rounding up: the
