@@ -42,6 +42,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
+	tenantredis "github.com/ratelimiter/ratelimiter/internal/tenant/redis"
 )
 
 // Values of Config.Backend.
@@ -276,11 +277,16 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("config: %s declares %d limiters, more than the %d of --max-limiters (%s)",
 			c.ConfigFile, len(c.Limiters), c.MaxLimiters, origins(origin, "max-limiters"))
 	}
-	if c.Backend == BackendMemory {
-		if per := tenant.TenantBytes(c.Tenants.Policy); c.Tenants.MaxBytes < per {
-			return Config{}, fmt.Errorf("config: %s: %d bytes do not hold one requester, which takes up to %d bytes under the per-IP policy (%s)",
-				origin["tenant-max-bytes"], c.Tenants.MaxBytes, per, origins(origin, "tenant-limit", "tenant-algorithm"))
-		}
+	// Each backend has its own worst case per requester (see the
+	// tenant-max-bytes setting); refuse a bound that holds none now rather
+	// than when the backend is built.
+	per := tenant.TenantBytes(c.Tenants.Policy)
+	if c.Backend == BackendRedis {
+		per = tenantredis.TenantBytes(c.Tenants.Policy)
+	}
+	if c.Tenants.MaxBytes < per {
+		return Config{}, fmt.Errorf("config: %s: %d bytes do not hold one requester, which takes up to %d bytes under the per-IP policy (%s) on the %s backend",
+			origin["tenant-max-bytes"], c.Tenants.MaxBytes, per, origins(origin, "tenant-limit", "tenant-algorithm"), c.Backend)
 	}
 
 	if c.adminTokenFile != "" {
