@@ -63,3 +63,52 @@ func TestAvailableAtBound(t *testing.T) {
 		})
 	}
 }
+
+func TestTenantBytes(t *testing.T) {
+	tests := []struct {
+		alg   limiter.Algorithm
+		limit int64
+		want  int64
+	}{
+		{limiter.GCRA, 1, 48},
+		{limiter.GCRA, limiter.MaxLimit, 48},
+		{limiter.SlidingLog, 1, 192 + 16*4}, // the smallest ring
+		{limiter.SlidingLog, 4, 192 + 16*4},
+		{limiter.SlidingLog, 5, 192 + 16*8},
+		{limiter.SlidingLog, 100, 192 + 16*128},
+		{limiter.SlidingLog, 4096, 192 + 16*4096},
+		{limiter.SlidingLog, limiter.MaxLimit, 192 + 16*4096}, // older grants merge
+	}
+	for _, tt := range tests {
+		p := limiter.Policy{Limit: tt.limit, Period: time.Hour, Algorithm: tt.alg}
+		if got := TenantBytes(p); got != tt.want {
+			t.Errorf("TenantBytes(%s, limit %d): got %d, want %d", tt.alg, tt.limit, got, tt.want)
+		}
+	}
+}
+
+// TestMaxBytesBoundsTenants: MaxBytes lowers the bound to what it holds at
+// TenantBytes each, and the bound then works as MaxTenants does.
+func TestMaxBytesBoundsTenants(t *testing.T) {
+	for _, alg := range algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			p := limiter.Policy{Limit: 1, Period: time.Hour, Algorithm: alg}
+			cfg := Config{Policy: p, MaxTenants: 100, MaxBytes: 3*TenantBytes(p) + TenantBytes(p) - 1}
+			if got, err := Bound(cfg, TenantBytes(p)); got != 3 || err != nil {
+				t.Fatalf("Bound: got %d, %v, want 3", got, err)
+			}
+			r := newRegistry(t, cfg, newFakeClock())
+			for i := range 3 {
+				if d := mustAcquire(t, r, ipv4(i), 1); !d.Allowed {
+					t.Fatalf("Acquire(%s): got %+v, want allowed", ipv4(i), d)
+				}
+			}
+			if d := mustAcquire(t, r, ipv4(3), 1); d.Allowed || !d.RegistryFull {
+				t.Errorf("Acquire of a fourth tenant: got %+v, want denied with RegistryFull", d)
+			}
+			if got := r.Stats().Tenants; got != 3 {
+				t.Errorf("tenants: got %d, want 3", got)
+			}
+		})
+	}
+}

@@ -158,6 +158,7 @@ func TestNewValidates(t *testing.T) {
 		{"prefix 65", rueidisStub{}, "p:", tenant.Config{Policy: valid, IPv6Prefix: 65}, tenant.ErrInvalidConfig},
 		{"negative prefix", rueidisStub{}, "p:", tenant.Config{Policy: valid, IPv6Prefix: -1}, tenant.ErrInvalidConfig},
 		{"negative max tenants", rueidisStub{}, "p:", tenant.Config{Policy: valid, MaxTenants: -1}, tenant.ErrInvalidConfig},
+		{"max bytes below one tenant", rueidisStub{}, "p:", tenant.Config{Policy: valid, MaxBytes: 383}, tenant.ErrInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
