@@ -115,14 +115,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	var ready atomic.Bool
 	handler, err := httpapi.New(httpapi.Options{
-		Limiters:       b.limiters,
-		Tenants:        b.tenants,
-		AdminToken:     cfg.AdminToken,
-		MaxBodyBytes:   cfg.MaxBodyBytes,
-		Logger:         logger,
-		TracerProvider: tel.TracerProvider,
-		MeterProvider:  tel.MeterProvider,
-		Metrics:        tel.Metrics,
+		Limiters:           b.limiters,
+		Tenants:            b.tenants,
+		AdminToken:         cfg.AdminToken,
+		MaxBodyBytes:       cfg.MaxBodyBytes,
+		MetricsMaxLimiters: cfg.MetricsMaxLimiters,
+		Logger:             logger,
+		TracerProvider:     tel.TracerProvider,
+		MeterProvider:      tel.MeterProvider,
+		Metrics:            tel.Metrics,
 		// Ready while not shutting down and while the backend can decide
 		// as configured.
 		Ready: func() bool { return ready.Load() && b.healthy() },

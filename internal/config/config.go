@@ -123,6 +123,9 @@ type Config struct {
 	// one more is refused, replacing one is not. At least the number of
 	// Limiters.
 	MaxLimiters int
+	// MetricsMaxLimiters is how many limiters the decision metrics label
+	// by name at once.
+	MetricsMaxLimiters int
 	// Timeouts of the HTTP server (see net/http.Server).
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -164,6 +167,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("max_body_bytes", c.MaxBodyBytes),
 		slog.Int("max_header_bytes", c.MaxHeaderBytes),
 		slog.Int("max_limiters", c.MaxLimiters),
+		slog.Int("metrics_max_limiters", c.MetricsMaxLimiters),
 		slog.String("read_header_timeout", c.ReadHeaderTimeout.String()),
 		slog.String("read_timeout", c.ReadTimeout.String()),
 		slog.String("write_timeout", c.WriteTimeout.String()),

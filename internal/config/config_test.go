@@ -37,19 +37,20 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("Load: %v", err)
 	}
 	want := Config{
-		Listen:            ":8080",
-		Backend:           BackendMemory,
-		LogLevel:          slog.LevelInfo,
-		LogFormat:         LogJSON,
-		MaxBodyBytes:      65536,
-		MaxHeaderBytes:    16384,
-		MaxLimiters:       100_000,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		ShutdownDelay:     0,
-		ShutdownTimeout:   20 * time.Second,
+		Listen:             ":8080",
+		Backend:            BackendMemory,
+		LogLevel:           slog.LevelInfo,
+		LogFormat:          LogJSON,
+		MaxBodyBytes:       65536,
+		MaxHeaderBytes:     16384,
+		MaxLimiters:        100_000,
+		MetricsMaxLimiters: 1000,
+		ReadHeaderTimeout:  5 * time.Second,
+		ReadTimeout:        10 * time.Second,
+		WriteTimeout:       10 * time.Second,
+		IdleTimeout:        60 * time.Second,
+		ShutdownDelay:      0,
+		ShutdownTimeout:    20 * time.Second,
 		Redis: Redis{
 			Addrs: []string{"localhost:6379"}, KeyPrefix: "ratelimiter:",
 			Timeout: 50 * time.Millisecond, DialTimeout: time.Second, ConnsPerNode: 0, FailureMode: FailClosed,
@@ -117,7 +118,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 	caFile := writeFile(t, "ca.pem", "")
 	values := map[string]string{
 		"listen": "127.0.0.1:9999", "backend": "redis", "max-body-bytes": "1024", "max-header-bytes": "8192",
-		"max-limiters": "42", "log-level": "debug", "log-format": "text",
+		"max-limiters": "42", "metrics-max-limiters": "7", "log-level": "debug", "log-format": "text",
 		"read-header-timeout": "1s", "read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s",
 		"shutdown-delay": "5s", "shutdown-timeout": "6s",
 		"tenant-limit": "10", "tenant-period": "1h", "tenant-algorithm": "sliding_log", "tenant-burst": "0",
@@ -141,7 +142,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16,
 			FailureMode: FailOpen,
 		},
-		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 8192, MaxLimiters: 42,
+		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 8192, MaxLimiters: 42, MetricsMaxLimiters: 7,
 		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
 		IdleTimeout: 4 * time.Second, ShutdownDelay: 5 * time.Second, ShutdownTimeout: 6 * time.Second,
 		Tenants: tenant.Config{

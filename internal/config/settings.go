@@ -96,6 +96,12 @@ var settings = []setting{
 		apply: integer(func(c *Config) *int { return &c.MaxLimiters }, 1, 100_000_000),
 	},
 	{
+		name: "metrics-max-limiters", env: "RATELIMITER_METRICS_MAX_LIMITERS", def: "1000", arg: "count", group: groupServer,
+		usage: "Named limiters the decision metrics label by name at once, from 1 to 100000; the decisions of the others " +
+			"are counted under limiter=\"_other\". A deleted limiter, or one without a decision for an hour, gives its place back.",
+		apply: integer(func(c *Config) *int { return &c.MetricsMaxLimiters }, 1, 100_000),
+	},
+	{
 		name: "admin-token", env: "RATELIMITER_ADMIN_TOKEN", arg: "token", group: groupAdmin,
 		usage: "Bearer token required to create, replace and delete limiters. Empty: those operations are open to every " +
 			"caller. Prefer --admin-token-file or the environment variable: flags are visible to every local user.",

@@ -55,7 +55,7 @@ func (s *server) AcquireBatch(ctx context.Context, req gen.AcquireBatchRequestOb
 			a.problems[i] = s.itemProblem(ctx, reqs[i].Name, r.Err)
 		}
 	}
-	s.tel.decidedBatch(ctx, reqs, out)
+	s.tel.decidedBatch(reqs, out)
 	return a, nil
 }
 

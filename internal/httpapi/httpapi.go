@@ -88,6 +88,11 @@ type Options struct {
 	MeterProvider  metric.MeterProvider // nil: otel.GetMeterProvider()
 	Metrics        http.Handler         // served at GET /metrics when non-nil
 	Ready          func() bool          // readiness; false during shutdown; nil: always ready
+	// MetricsMaxLimiters is how many limiters the decision metrics label
+	// by name at once; the decisions of the others are counted under
+	// OtherLimiter. A deleted limiter, or one without a decision for an
+	// hour, gives its place back. 0 means DefaultMetricsMaxLimiters.
+	MetricsMaxLimiters int
 }
 
 // New returns the handler of the whole HTTP API. It fails when a required
@@ -146,6 +151,12 @@ func newServer(o Options, set settings) (http.Handler, error) {
 	if o.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("httpapi: Options.MaxBodyBytes must not be negative, got %d", o.MaxBodyBytes)
 	}
+	if o.MetricsMaxLimiters < 0 {
+		return nil, fmt.Errorf("httpapi: Options.MetricsMaxLimiters must not be negative, got %d", o.MetricsMaxLimiters)
+	}
+	if o.MetricsMaxLimiters == 0 {
+		o.MetricsMaxLimiters = DefaultMetricsMaxLimiters
+	}
 	s := &server{
 		limiters: o.Limiters,
 		tenants:  o.Tenants,
@@ -185,7 +196,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	if s.tel, err = newTelemetry(tp, mp); err != nil {
+	if s.tel, err = newTelemetry(tp, mp, o.MetricsMaxLimiters); err != nil {
 		return nil, err
 	}
 	s.ops, s.byID, s.params = operations(doc, s.tel, set)

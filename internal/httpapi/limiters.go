@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -56,6 +57,10 @@ func (s *server) GetLimiter(ctx context.Context, req gen.GetLimiterRequestObject
 func (s *server) DeleteLimiter(ctx context.Context, req gen.DeleteLimiterRequestObject) (gen.DeleteLimiterResponseObject, error) {
 	err := s.limiters.Delete(ctx, req.Name)
 	s.policies.forget(req.Name)
+	if err == nil || errors.Is(err, limiter.ErrNotFound) {
+		// Gone: its decision series go too, and give their place back.
+		s.tel.series.release(req.Name)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +105,7 @@ func (s *server) Acquire(ctx context.Context, req gen.AcquireRequestObject) (gen
 	if err != nil {
 		return nil, err
 	}
-	s.tel.decided(ctx, req.Name, d)
+	s.tel.decided(req.Name, d)
 	if d.Degraded {
 		// Made without the backend: there is no state to advertise.
 		return &decisionAnswer{d: d}, nil

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -19,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
-	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
 const scope = "github.com/ratelimiter/ratelimiter/internal/httpapi"
@@ -42,40 +40,25 @@ const tenantLimiter = "tenant"
 // commonStatuses get their duration attributes computed once per operation.
 var commonStatuses = []int{200, 201, 204, 400, 401, 404, 405, 413, 415, 500, 503}
 
-// maxLimiterLabels bounds the decision attributes cached by limiter name.
-// Names past it still get counted; their attributes are built per call.
-const maxLimiterLabels = 10_000
-
 // telemetry holds the instruments of the API. Attribute sets are computed
 // ahead of time so that recording allocates nothing.
 type telemetry struct {
-	tracer    trace.Tracer
-	duration  metric.Float64Histogram
-	decisions metric.Int64Counter
-	permits   metric.Int64Counter
+	tracer   trace.Tracer
+	duration metric.Float64Histogram
+	series   *series // the decision counters' counts
 
 	// tracing is false under a no-op TracerProvider: requests then get
 	// no span at all and their trace context is not even read, since no
 	// span could ever carry it.
 	tracing bool
-
-	labels     sync.Map // limiter name -> *decisionOpts
-	labelCount atomic.Int64
 }
 
-// decisionOpts are the measurement options of one limiter label.
-type decisionOpts struct {
-	allowed, denied        []metric.AddOption // ratelimiter.decisions
-	granted, deniedPermits []metric.AddOption // ratelimiter.permits
-	// The same, for decisions made without the shared backend, by its
-	// failure mode: they carry degraded="true".
-	degraded *decisionOpts
-}
-
-func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
+// newTelemetry creates the instruments of the API; the decision counters
+// label at most maxLimiters limiters by name.
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, maxLimiters int) (*telemetry, error) {
 	m := mp.Meter(scope)
 	_, off := tp.(noop.TracerProvider)
-	t := &telemetry{tracer: tp.Tracer(scope), tracing: !off}
+	t := &telemetry{tracer: tp.Tracer(scope), tracing: !off, series: newSeries(maxLimiters, time.Now)}
 	var err error
 	t.duration, err = m.Float64Histogram("http.server.request.duration",
 		metric.WithUnit("s"),
@@ -86,17 +69,8 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: create http.server.request.duration: %w", err)
 	}
-	t.decisions, err = m.Int64Counter("ratelimiter.decisions",
-		metric.WithUnit("{decision}"),
-		metric.WithDescription("Acquisitions decided, by limiter (the limiter's name, or tenant for per-IP limits) and result (allowed or denied)."))
-	if err != nil {
-		return nil, fmt.Errorf("httpapi: create ratelimiter.decisions: %w", err)
-	}
-	t.permits, err = m.Int64Counter("ratelimiter.permits",
-		metric.WithUnit("{permit}"),
-		metric.WithDescription("Permits asked for, by limiter and result (granted or denied)."))
-	if err != nil {
-		return nil, fmt.Errorf("httpapi: create ratelimiter.permits: %w", err)
+	if err := t.series.register(m); err != nil {
+		return nil, fmt.Errorf("httpapi: create the decision counters: %w", err)
 	}
 	return t, nil
 }
@@ -120,88 +94,6 @@ func (t *telemetry) prepare(op *operation) {
 func (op *operation) durationOpts(status int) []metric.RecordOption {
 	attrs := append(append([]attribute.KeyValue(nil), op.attrs...), keyStatus.Int(status))
 	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
-}
-
-// decided counts one decision of the limiter labelled name.
-func (t *telemetry) decided(ctx context.Context, name string, d limiter.Decision) {
-	opts := t.decisionOpts(name)
-	if d.Degraded {
-		opts = opts.degraded
-	}
-	if d.Allowed {
-		t.decisions.Add(ctx, 1, opts.allowed...)
-		t.permits.Add(ctx, d.Permits, opts.granted...)
-		return
-	}
-	t.decisions.Add(ctx, 1, opts.denied...)
-	t.permits.Add(ctx, d.Permits, opts.deniedPermits...)
-}
-
-// decidedBatch counts the decisions of a batch: one addition per run of
-// decisions on the same limiter with the same outcome, rather than one per
-// decision, since a batch often asks one limiter many times.
-func (t *telemetry) decidedBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) {
-	var run struct {
-		name              string
-		degraded, allowed bool
-		n, permits        int64
-	}
-	flush := func() {
-		if run.n == 0 {
-			return
-		}
-		opts := t.decisionOpts(run.name)
-		if run.degraded {
-			opts = opts.degraded
-		}
-		if run.allowed {
-			t.decisions.Add(ctx, run.n, opts.allowed...)
-			t.permits.Add(ctx, run.permits, opts.granted...)
-		} else {
-			t.decisions.Add(ctx, run.n, opts.denied...)
-			t.permits.Add(ctx, run.permits, opts.deniedPermits...)
-		}
-	}
-	for i, r := range out {
-		if r.Err != nil {
-			continue // not a decision, as for a single acquisition
-		}
-		d := r.Decision
-		if run.n > 0 && (reqs[i].Name != run.name || d.Degraded != run.degraded || d.Allowed != run.allowed) {
-			flush()
-			run.n, run.permits = 0, 0
-		}
-		run.name, run.degraded, run.allowed = reqs[i].Name, d.Degraded, d.Allowed
-		run.n++
-		run.permits += d.Permits
-	}
-	flush()
-}
-
-func (t *telemetry) decisionOpts(name string) *decisionOpts {
-	if v, ok := t.labels.Load(name); ok {
-		return v.(*decisionOpts)
-	}
-	opts := &decisionOpts{degraded: &decisionOpts{}}
-	for _, o := range []struct {
-		opts  *decisionOpts
-		attrs []attribute.KeyValue
-	}{
-		{opts, []attribute.KeyValue{keyLimiter.String(name)}},
-		{opts.degraded, []attribute.KeyValue{keyLimiter.String(name), keyDegraded.Bool(true)}},
-	} {
-		set := func(result string) []metric.AddOption {
-			return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(o.attrs, keyResult.String(result))...))}
-		}
-		*o.opts = decisionOpts{allowed: set("allowed"), denied: set("denied"), granted: set("granted"), deniedPermits: set("denied"), degraded: o.opts.degraded}
-	}
-	if t.labelCount.Load() < maxLimiterLabels {
-		if v, loaded := t.labels.LoadOrStore(name, opts); loaded {
-			return v.(*decisionOpts)
-		}
-		t.labelCount.Add(1)
-	}
-	return opts
 }
 
 // recorder sees what a request's handlers write, for observe.
