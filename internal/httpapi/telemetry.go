@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
+	telemetrypkg "github.com/ratelimiter/ratelimiter/internal/telemetry"
 )
 
 const scope = "github.com/ratelimiter/ratelimiter/internal/httpapi"
@@ -64,8 +65,9 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, maxLimiters 
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of HTTP server requests."),
 		// Decisions take tens of microseconds: the default buckets, which
-		// start at 5 ms, would put them all in the first one.
-		metric.WithExplicitBucketBoundaries(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+		// start at 5 ms, would put them all in the first one. Advised here
+		// too, for meter providers other than the service's own.
+		metric.WithExplicitBucketBoundaries(telemetrypkg.LatencyBuckets...))
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: create http.server.request.duration: %w", err)
 	}

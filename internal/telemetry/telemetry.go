@@ -42,12 +42,12 @@ import (
 // scope names the instruments this package creates itself.
 const scope = "github.com/ratelimiter/ratelimiter/internal/telemetry"
 
-// latencyBuckets are the histogram bucket bounds, in seconds, of every
+// LatencyBuckets are the histogram bucket bounds, in seconds, of every
 // histogram whose unit is "s", whatever bounds its instrument advises. A
 // decision takes microseconds, so the sub-millisecond buckets carry most of
 // the information; the buckets above a second only tell how slow a stalled
-// request was, up to the default write timeout of 10s.
-var latencyBuckets = []float64{
+// request was, up to the default write timeout of 10s. Do not modify.
+var LatencyBuckets = []float64{
 	0.00005, 0.0001, 0.00025, 0.0005,
 	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 	0.1, 0.25, 0.5, 1, 2.5, 5, 10,
@@ -187,7 +187,7 @@ func (t *Telemetry) setupMetrics(res *resource.Resource, logger *slog.Logger) er
 		sdkmetric.WithResource(res),
 		sdkmetric.WithView(sdkmetric.NewView(
 			sdkmetric.Instrument{Kind: sdkmetric.InstrumentKindHistogram, Unit: "s"},
-			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: latencyBuckets}},
+			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets}},
 		)),
 	)
 	t.MeterProvider = mp
