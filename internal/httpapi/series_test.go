@@ -128,7 +128,7 @@ func TestSeriesAgeOut(t *testing.T) {
 	clk := newClock()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	s := newSeries(2, clk.Now)
+	s := newSeries(2, clk.Wall)
 	if err := s.register(mp.Meter("test")); err != nil {
 		t.Fatal(err)
 	}
