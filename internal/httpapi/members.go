@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"unsafe"
 )
 
 // maxDepth bounds how deeply arrays and objects nest in a request body,
@@ -14,6 +15,12 @@ import (
 // walks every level of what it is given.
 const maxDepth = 32
 
+// maxMembers bounds the members of an object in a body checked by
+// checkMembers. No request schema has more than four properties, nor lets
+// others in; a wide object is refused before kin-openapi, which would
+// decode it whole and answer with one field error per unknown member.
+const maxMembers = 64
+
 // smallObject is how many member names an object may have before its
 // names go into a map: below it, comparing with each one is cheaper.
 const smallObject = 16
@@ -22,7 +29,8 @@ const smallObject = 16
 // depth: duplicate members, of which it keeps the last rather than guess
 // which one the caller meant, and null members or elements, which it
 // replaces with their default. No request schema has a nullable value. It
-// also refuses a body nested deeper than maxDepth. data must be valid JSON
+// also refuses a body nested deeper than maxDepth, and an object with more
+// than maxMembers members. data must be valid JSON
 // (json.Valid); checkMembers reads it once, in time linear in its length,
 // and reports the first problem in the order of the text.
 func checkMembers(data []byte) *problem {
@@ -51,7 +59,7 @@ type scan struct {
 type frame struct {
 	object  bool
 	wantKey bool   // an object's next string is a member name
-	index   int    // an array's current element
+	index   int    // an array's current element, or an object's members so far
 	key     []byte // an object's current member name, unescaped
 	names   int    // where the object's names start in scan.names
 	set     map[string]struct{}
@@ -63,7 +71,7 @@ func (c *scan) run(data []byte, members bool) *problem {
 		switch data[i] {
 		case '{', '[':
 			if c.depth == maxDepth {
-				return invalid(c.location(), fmt.Sprintf("nests arrays and objects deeper than %d levels", maxDepth))
+				return invalid(c.location(c.depth), fmt.Sprintf("nests arrays and objects deeper than %d levels", maxDepth))
 			}
 			object := data[i] == '{'
 			c.stack[c.depth] = frame{object: object, wantKey: object, names: len(c.names)}
@@ -91,14 +99,19 @@ func (c *scan) run(data []byte, members bool) *problem {
 					_ = json.Unmarshal(data[i:end], &name) // valid JSON: cannot fail
 					f.key = []byte(name)
 				}
-				if members && c.seen(f) {
-					return invalid(c.location(), "appears more than once")
+				f.index++
+				switch {
+				case !members:
+				case f.index > maxMembers:
+					return invalid(c.location(c.depth-1), fmt.Sprintf("has more than %d members", maxMembers))
+				case c.seen(f):
+					return invalid(c.location(c.depth), "appears more than once")
 				}
 			}
 			i = end
 		case 'n':
 			if members && c.depth > 0 {
-				return invalid(c.location(), "must not be null")
+				return invalid(c.location(c.depth), "must not be null")
 			}
 			i += len("null")
 		default: // space, colon, number, true or false
@@ -125,7 +138,7 @@ func (c *scan) seen(f *frame) bool {
 		if _, ok := f.set[string(f.key)]; ok {
 			return true
 		}
-		f.set[string(f.key)] = struct{}{}
+		f.set[view(f.key)] = struct{}{}
 		return false
 	}
 	before := c.names[f.names:]
@@ -138,20 +151,21 @@ func (c *scan) seen(f *frame) bool {
 		c.names = append(c.names, f.key)
 		return false
 	}
-	f.set = make(map[string]struct{}, 2*smallObject)
+	f.set = make(map[string]struct{}, maxMembers)
 	for _, name := range before {
-		f.set[string(name)] = struct{}{}
+		f.set[view(name)] = struct{}{}
 	}
-	f.set[string(f.key)] = struct{}{}
+	f.set[view(f.key)] = struct{}{}
 	c.names = c.names[:f.names]
 	return false
 }
 
-// location names the value at the current place in the body, for a
-// problem: "body", then each member name or array index on the way.
-func (c *scan) location() string {
+// location names the value at the current place in the body, or the
+// array or object levels up from it, for a problem: "body", then each
+// member name or array index on the way.
+func (c *scan) location(levels int) string {
 	b := []byte("body")
-	for _, f := range c.stack[:c.depth] {
+	for _, f := range c.stack[:levels] {
 		b = append(b, '.')
 		if f.object {
 			b = append(b, f.key...)
@@ -161,3 +175,7 @@ func (c *scan) location() string {
 	}
 	return string(b)
 }
+
+// view is b as a string, without a copy: the names of the body, which
+// stays as it is for as long as a scan, which is as long as its sets.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

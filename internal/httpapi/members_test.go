@@ -14,7 +14,7 @@ import (
 	"github.com/ratelimiter/ratelimiter/client"
 )
 
-// refCheck is the reference model of checkMembers (members set) and
+// refCheck is the reference model of checkMembers (strict set) and
 // checkDepth: a plain recursion over each value, reading it again at every
 // level and comparing each name with every name before it. It is quadratic,
 // so it only ever sees small bodies.
@@ -35,6 +35,8 @@ func refValue(data []byte, where string, depth int, strict bool) *problem {
 		members(data, func(key, value []byte) bool {
 			name := string(key)
 			switch {
+			case strict && len(keys) == maxMembers:
+				p = invalid(where, fmt.Sprintf("has more than %d members", maxMembers))
 			case strict && slices.Contains(keys, name):
 				p = invalid(where+"."+name, "appears more than once")
 			case strict && value[0] == 'n':
@@ -125,11 +127,14 @@ func TestCheckMembers(t *testing.T) {
 		{name: "33 levels of objects", body: strings.Repeat(`{"a":`, 33) + "1" + strings.Repeat("}", 33), location: "body" + strings.Repeat(".a", 32), message: deep},
 		{name: "deep after shallow", body: `{"a":[1,2],"b":[0,` + nested(31, "") + `]}`, location: "body.b.1" + zeros(30), message: deep},
 		{name: "problem before the depth", body: `{"a":null,"b":` + nested(40, "") + `}`, location: "body.a", message: "must not be null"},
-		{name: "wide", body: wide(10_000, `"z":0`)},
-		{name: "wide with a late duplicate", body: wide(10_000, `"k0":0`), location: "body.k0", message: "appears more than once"},
+		{name: "64 members", body: wide(63, `"z":0`)},
+		{name: "65 members", body: wide(64, `"z":0`), location: "body", message: "has more than 64 members"},
+		{name: "10,000 members", body: `[` + wide(10_000, `"z":0`) + `]`, location: "body.0", message: "has more than 64 members"},
+		{name: "wide with a late duplicate", body: wide(63, `"k0":0`), location: "body.k0", message: "appears more than once"},
+		{name: "duplicate as the 65th member", body: wide(64, `"k0":0`), location: "body", message: "has more than 64 members"},
 		{name: "small then wide", body: wide(smallObject, `"k3":0`), location: "body.k3", message: "appears more than once"},
-		{name: "wide object in a wide object", body: `{"a":` + wide(100, `"k99":0`) + `}`, location: "body.a.k99", message: "appears more than once"},
-		{name: "names of a closed object forgotten", body: `{"a":` + wide(100, `"z":0`) + `,"k1":0,"b":` + wide(3, `"z":0`) + `}`},
+		{name: "wide object in a wide object", body: `{"a":` + wide(60, `"k59":0`) + `}`, location: "body.a.k59", message: "appears more than once"},
+		{name: "names of a closed object forgotten", body: `{"a":` + wide(60, `"z":0`) + `,"k1":0,"b":` + wide(3, `"z":0`) + `}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := checkMembers([]byte(tc.body))
@@ -167,7 +172,7 @@ func TestCheckMembersAgreesWithReference(t *testing.T) {
 		}
 		seen[msg]++
 	}
-	for _, msg := range []string{"none", "appears more than once", "must not be null", "nests arrays and objects deeper than 32 levels"} {
+	for _, msg := range []string{"none", "appears more than once", "must not be null", "nests arrays and objects deeper than 32 levels", "has more than 64 members"} {
 		if seen[msg] < 50 {
 			t.Errorf("%q: got %d random bodies, want at least 50 (%v)", msg, seen[msg], seen)
 		}
@@ -186,8 +191,11 @@ func randomJSON(rnd *rand.Rand, depth int, nulls, dups bool) string {
 		return scalars[rnd.IntN(len(scalars))]
 	}
 	n := 1 + rnd.IntN(4)
-	if rnd.IntN(8) == 0 {
+	switch rnd.IntN(32) {
+	case 0, 1, 2:
 		n = smallObject + rnd.IntN(4)
+	case 3:
+		n = maxMembers - 1 + rnd.IntN(3)
 	}
 	var b strings.Builder
 	object := rnd.IntN(2) == 0
@@ -272,20 +280,25 @@ func TestDeepBodyRefused(t *testing.T) {
 	}
 }
 
-// TestWideBody: an object of many members is read whole, its duplicate
-// found however late, and an unknown member named.
+// TestWideBody: an object of thousands of members is refused at once, with
+// one field error rather than one per unknown member, and a duplicate is
+// found however late.
 func TestWideBody(t *testing.T) {
 	e := newEnv(t, nil)
-	var b strings.Builder
-	b.WriteString(`{"limit":5,"period":"1m"`)
-	for i := range 5_000 {
-		fmt.Fprintf(&b, `,"k%d":%d`, i, i)
+	members := func(n int) string {
+		var b strings.Builder
+		b.WriteString(`{"limit":5,"period":"1m"`)
+		for i := range n {
+			fmt.Fprintf(&b, `,"k%d":%d`, i, i)
+		}
+		return b.String()
 	}
 	for _, tc := range []struct {
 		name, body, location, message string
 	}{
-		{"late duplicate", b.String() + `,"limit":6}`, "body.limit", "appears more than once"},
-		{"unknown members", b.String() + `}`, "body.k0", "is not a known field"},
+		{"5,000 members", members(5_000) + `}`, "body", "has more than 64 members"},
+		{"late duplicate", members(61) + `,"limit":6}`, "body.limit", "appears more than once"},
+		{"unknown members", members(62) + `}`, "body.k0", "is not a known field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, body := e.raw(http.MethodPut, "/v1/limiters/wide", "application/json", tc.body)
@@ -295,6 +308,16 @@ func TestWideBody(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wideObject is an object of maxMembers members, each member with # replaced
+// by its index.
+func wideObject(member string) string {
+	ms := make([]string, maxMembers)
+	for i := range ms {
+		ms[i] = strings.ReplaceAll(member, "#", strconv.Itoa(i))
+	}
+	return "{" + strings.Join(ms, ",") + "}"
 }
 
 // BenchmarkCheckMembers reads bodies of two sizes: the time per byte
@@ -320,10 +343,10 @@ func BenchmarkCheckMembers(b *testing.B) {
 			{"nested", []byte(strings.Repeat("[   ", size/8) + strings.Repeat("]   ", size/8))},
 			// Arrays 30 deep, again and again (accepted).
 			{"nested30", fill(size, "[", nested(29, "0")+",", "]")},
-			// One object of many short members.
-			{"wide", fill(size, "{", `"k#":0,`, "}")},
-			// Many long names alike but for their end, then the first again.
-			{"duplicates", fill(size, "{", `"`+strings.Repeat("x", 48)+`#":0,`, `,"`+strings.Repeat("x", 48)+`0":1}`)},
+			// Objects of as many short members as allowed.
+			{"wide", fill(size, "[", wideObject(`"k#":0`)+",", "]")},
+			// Objects of as many long names, alike but for their end.
+			{"duplicates", fill(size, "[", wideObject(`"`+strings.Repeat("x", 48)+`#":0`)+",", "]")},
 		} {
 			b.Run(fmt.Sprintf("%s/%dKB", bc.name, size>>10), func(b *testing.B) {
 				if !json.Valid(bc.body) {
