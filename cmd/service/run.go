@@ -72,7 +72,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logger.Warn("no admin token is set: every caller may create, replace and delete limiters")
 	}
 
-	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: serviceName, Version: version, Logger: logger})
+	tel, err := telemetry.Setup(ctx, telemetry.Options{
+		ServiceName: serviceName, Version: version, Logger: logger,
+		MaxSeries: httpapi.DecisionSeries(cfg.MetricsMaxLimiters),
+	})
 	if err != nil {
 		// In practice Setup fails only on OTEL_* variables it cannot use.
 		return &configError{err}

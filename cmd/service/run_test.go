@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -347,4 +348,49 @@ func TestShutdownLetsInFlightRequestsFinish(t *testing.T) {
 		t.Errorf("in-flight acquire: got status %d, allowed %v, error %v; want 200 and allowed", a.status, a.allowed, a.err)
 	}
 	waitRun(t, done)
+}
+
+// TestMetricsOfManyLimiters: with as many limiters as the decision metrics
+// label, and more, each allowing and denying, no decision goes to
+// OpenTelemetry's overflow series.
+func TestMetricsOfManyLimiters(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	const n = 1_001 // one past the default cap
+	var file strings.Builder
+	file.WriteString("limiters:\n")
+	for i := range n {
+		fmt.Fprintf(&file, "  - {name: l%d, limit: 1, period: 1h}\n", i)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte(file.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, _, _, _ := start(t, []string{"--listen", "127.0.0.1:0"}, map[string]string{"RATELIMITER_CONFIG": cfg})
+	for i := range n {
+		for range 2 { // allowed, then denied
+			resp, err := http.Post(fmt.Sprintf("%s/v1/limiters/l%d/acquire", base, i), "application/json", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+	}
+	body := get(t, base+"/metrics", http.StatusOK)
+	if strings.Contains(body, "otel_metric_overflow") {
+		t.Errorf("/metrics has an otel_metric_overflow series")
+	}
+	m := scrape(t, base+"/metrics")
+	for _, tt := range []struct {
+		series string
+		want   float64
+	}{
+		{`ratelimiter_decisions_total{limiter="l0",result="allowed"}`, 1},
+		{`ratelimiter_decisions_total{limiter="l0",result="denied"}`, 1},
+		{`ratelimiter_decisions_total{limiter="_other",result="allowed"}`, 1},
+		{`ratelimiter_decisions_total{limiter="_other",result="denied"}`, 1},
+	} {
+		if got, ok := m[tt.series]; !ok || got != tt.want {
+			t.Errorf("/metrics %s = %v (present %v), want %v", tt.series, got, ok, tt.want)
+		}
+	}
 }

@@ -25,6 +25,19 @@ import (
 // metrics when Options.MetricsMaxLimiters is 0.
 const DefaultMetricsMaxLimiters = 1000
 
+// DecisionSeries is the cardinality limit a meter provider needs so that
+// each decision counter can report all its series when maxLimiters
+// limiters get a label: allowed and denied, degraded or not, for each of
+// them, the tenant label and OtherLimiter, plus the place the SDK keeps
+// for its overflow series (telemetry.Options.MaxSeries). A maxLimiters of
+// 0 counts as DefaultMetricsMaxLimiters, as in Options.
+func DecisionSeries(maxLimiters int) int {
+	if maxLimiters == 0 {
+		maxLimiters = DefaultMetricsMaxLimiters
+	}
+	return 2*outcomes*(maxLimiters+2) + 1
+}
+
 // OtherLimiter is the limiter label of the decisions of every limiter past
 // the cap of labels. No limiter name starts with an underscore.
 const OtherLimiter = "_other"

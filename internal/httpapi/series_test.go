@@ -150,3 +150,43 @@ func TestSeriesAgeOut(t *testing.T) {
 		t.Errorf("a new limiter after idle aged out: got %s, want its own series", OtherLimiter)
 	}
 }
+
+// TestDecisionSeriesFit: a meter provider whose cardinality limit is
+// DecisionSeries(max) reports every label's every outcome, and one with a
+// lower limit does not.
+func TestDecisionSeriesFit(t *testing.T) {
+	const max = 3
+	for _, tc := range []struct {
+		name     string
+		limit    int
+		overflow bool
+	}{
+		{"enough", DecisionSeries(max), false},
+		{"one short", DecisionSeries(max) - 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithCardinalityLimit(tc.limit))
+			s := newSeries(max, time.Now)
+			if err := s.register(mp.Meter("test")); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"a", "b", "c", "d", "e", tenantLimiter} {
+				for _, degraded := range []bool{false, true} {
+					for _, ok := range []bool{false, true} {
+						s.of(name).add(degraded, ok, 1, 1)
+					}
+				}
+			}
+			m := collect(t, reader)
+			for _, metric := range []string{"ratelimiter.decisions", "ratelimiter.permits"} {
+				if _, overflow := labels(t, m[metric]); overflow != tc.overflow {
+					t.Errorf("%s overflow: got %v, want %v", metric, overflow, tc.overflow)
+				}
+				if got, want := len(m[metric].(metricdata.Sum[int64]).DataPoints), 2*2*(max+2); !tc.overflow && got != want {
+					t.Errorf("%s: got %d series, want %d", metric, got, want)
+				}
+			}
+		})
+	}
+}

@@ -66,7 +66,16 @@ type Options struct {
 	// SpanExporter, when non-nil, replaces the exporter OTEL_TRACES_EXPORTER
 	// selects and turns tracing on; tests use it to capture spans.
 	SpanExporter sdktrace.SpanExporter
+	// MaxSeries is the most series (data points) one instrument may report
+	// in a collection; past it, the SDK pours the rest into one series
+	// labelled otel_metric_overflow="true". Values below
+	// DefaultMaxSeries, zero included, mean DefaultMaxSeries.
+	MaxSeries int
 }
+
+// DefaultMaxSeries is the OpenTelemetry SDK's own cap on the series of one
+// instrument.
+const DefaultMaxSeries = 2000
 
 // Telemetry holds the providers Setup installed. Its fields are safe for
 // concurrent use.
@@ -126,7 +135,7 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	if err := t.setupTracing(ctx, opts.SpanExporter, res); err != nil {
 		return nil, err
 	}
-	if err := t.setupMetrics(res, logger); err != nil {
+	if err := t.setupMetrics(res, logger, max(opts.MaxSeries, DefaultMaxSeries)); err != nil {
 		_ = t.Shutdown(ctx)
 		return nil, err
 	}
@@ -164,7 +173,7 @@ func (t *Telemetry) setupTracing(ctx context.Context, exp sdktrace.SpanExporter,
 
 // setupMetrics builds the MeterProvider over a private Prometheus registry
 // and the handler that serves it.
-func (t *Telemetry) setupMetrics(res *resource.Resource, logger *slog.Logger) error {
+func (t *Telemetry) setupMetrics(res *resource.Resource, logger *slog.Logger, maxSeries int) error {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return fmt.Errorf("telemetry: register Go collector: %w", err)
@@ -185,6 +194,7 @@ func (t *Telemetry) setupMetrics(res *resource.Resource, logger *slog.Logger) er
 	mp := sdkmetric.NewMeterProvider(
 		sdkmetric.WithReader(exp),
 		sdkmetric.WithResource(res),
+		sdkmetric.WithCardinalityLimit(maxSeries),
 		sdkmetric.WithView(sdkmetric.NewView(
 			sdkmetric.Instrument{Kind: sdkmetric.InstrumentKindHistogram, Unit: "s"},
 			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets}},

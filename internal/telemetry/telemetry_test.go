@@ -214,3 +214,34 @@ func TestMalformedResourceAttributesAreNotFatal(t *testing.T) {
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "no-equals-sign")
 	setup(t, Options{})
 }
+
+// TestMaxSeries: an instrument keeps MaxSeries series, or the SDK's 2,000
+// when that is more, before it pours the rest into otel_metric_overflow.
+func TestMaxSeries(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	for _, tc := range []struct {
+		name      string
+		maxSeries int
+		overflow  bool
+	}{
+		{"default", 0, true},
+		{"below the default", 10, true},
+		{"3000", 3000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tel := setup(t, Options{MaxSeries: tc.maxSeries})
+			srv := httptest.NewServer(tel.Metrics)
+			t.Cleanup(srv.Close)
+			c, err := tel.MeterProvider.Meter("test").Int64Counter("test.series")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2_500 {
+				c.Add(t.Context(), 1, metric.WithAttributes(attribute.Int("i", i)))
+			}
+			if got := strings.Contains(scrape(t, srv.URL), "otel_metric_overflow"); got != tc.overflow {
+				t.Errorf("overflow series: got %v, want %v", got, tc.overflow)
+			}
+		})
+	}
+}
