@@ -284,13 +284,13 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	// Each backend has its own worst case per requester (see the
 	// tenant-max-bytes setting); refuse a bound that holds none now rather
 	// than when the backend is built.
-	per := tenant.TenantBytes(c.Tenants.Policy)
+	fixed, per := int64(tenant.TableBytes), tenant.TenantBytes(c.Tenants.Policy)
 	if c.Backend == BackendRedis {
-		per = tenantredis.TenantBytes(c.Tenants.Policy)
+		fixed, per = 0, tenantredis.TenantBytes(c.Tenants.Policy)
 	}
-	if c.Tenants.MaxBytes < per {
-		return Config{}, fmt.Errorf("config: %s: %d bytes do not hold one requester, which takes up to %d bytes under the per-IP policy (%s) on the %s backend",
-			origin["tenant-max-bytes"], c.Tenants.MaxBytes, per, origins(origin, "tenant-limit", "tenant-algorithm"), c.Backend)
+	if c.Tenants.MaxBytes < fixed+per {
+		return Config{}, fmt.Errorf("config: %s: %d bytes do not hold one requester, which takes up to %d bytes under the per-IP policy (%s) on the %s backend, besides %d bytes of tables",
+			origin["tenant-max-bytes"], c.Tenants.MaxBytes, per, origins(origin, "tenant-limit", "tenant-algorithm"), c.Backend, fixed)
 	}
 
 	if c.adminTokenFile != "" {

@@ -227,7 +227,7 @@ tenants:
   burst: 5
   ipv6_prefix: 56
   max_tenants: 1000
-  max_bytes: 65536
+  max_bytes: 2MiB
 `)
 	c, err := Load([]string{"--config", path}, env(nil))
 	if err != nil {
@@ -243,7 +243,7 @@ tenants:
 	}
 	wantTenants := tenant.Config{
 		Policy:     limiter.Policy{Limit: 50, Period: 30 * time.Second, Algorithm: limiter.GCRA, Burst: 5},
-		IPv6Prefix: 56, MaxTenants: 1000, MaxBytes: 65536,
+		IPv6Prefix: 56, MaxTenants: 1000, MaxBytes: 2 << 20,
 	}
 	if c.Tenants != wantTenants {
 		t.Errorf("tenants: got %+v, want %+v", c.Tenants, wantTenants)

@@ -36,7 +36,7 @@ type fileTenants struct {
 	Burst      *int64  `yaml:"burst"`
 	IPv6Prefix *int64  `yaml:"ipv6_prefix"`
 	MaxTenants *int64  `yaml:"max_tenants"`
-	MaxBytes   *int64  `yaml:"max_bytes"`
+	MaxBytes   *string `yaml:"max_bytes"` // a number of bytes, or with a KiB, MiB or GiB suffix
 }
 
 // readFile reads and strictly decodes the config file at path.
@@ -84,7 +84,7 @@ func (t fileTenants) values() map[string]string {
 		v["tenants.max_tenants"] = itoa(*t.MaxTenants)
 	}
 	if t.MaxBytes != nil {
-		v["tenants.max_bytes"] = itoa(*t.MaxBytes)
+		v["tenants.max_bytes"] = *t.MaxBytes
 	}
 	return v
 }

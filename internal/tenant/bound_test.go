@@ -93,8 +93,8 @@ func TestMaxBytesBoundsTenants(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			p := limiter.Policy{Limit: 1, Period: time.Hour, Algorithm: alg}
-			cfg := Config{Policy: p, MaxTenants: 100, MaxBytes: 3*TenantBytes(p) + TenantBytes(p) - 1}
-			if got, err := Bound(cfg, TenantBytes(p)); got != 3 || err != nil {
+			cfg := Config{Policy: p, MaxTenants: 100, MaxBytes: TableBytes + 3*TenantBytes(p) + TenantBytes(p) - 1}
+			if got, err := Bound(cfg, TableBytes, TenantBytes(p)); got != 3 || err != nil {
 				t.Fatalf("Bound: got %d, %v, want 3", got, err)
 			}
 			r := newRegistry(t, cfg, newFakeClock())

@@ -46,7 +46,7 @@ type ranked struct {
 
 // New returns an empty Registry for cfg that decides at the instants clock
 // tells (limiter.NewClock() when nil), so that steps of the wall clock move
-// no decision. It remembers at most Bound(cfg, TenantBytes(policy))
+// no decision. It remembers at most Bound(cfg, TableBytes, TenantBytes(policy))
 // tenants. It reports an error wrapping limiter.ErrInvalidPolicy for an
 // invalid cfg.Policy and ErrInvalidConfig for an out-of-range bound,
 // including a MaxBytes too small for one tenant.
@@ -60,7 +60,7 @@ func New(cfg Config, clock *limiter.Clock) (*Registry, error) {
 	if cfg.IPv6Prefix < 1 || cfg.IPv6Prefix > MaxIPv6Prefix {
 		return nil, fmt.Errorf("tenant: new: %w: IPv6 prefix must be between 1 and %d, got %d", ErrInvalidConfig, MaxIPv6Prefix, cfg.IPv6Prefix)
 	}
-	maxTenants, err := Bound(cfg, TenantBytes(cfg.Policy))
+	maxTenants, err := Bound(cfg, TableBytes, TenantBytes(cfg.Policy))
 	if err != nil {
 		return nil, fmt.Errorf("tenant: new: %w", err)
 	}

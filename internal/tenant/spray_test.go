@@ -13,9 +13,12 @@ import (
 )
 
 // TestSprayMemory measures a Registry's memory under a spray of distinct
-// IPv4 addresses against its bound (Config.MaxBytes). It only runs when
-// RATELIMITER_SPRAY sets the number of addresses, one configuration per
-// process so that the peak RSS is its own:
+// IPv4 addresses against its bound (Config.MaxBytes) and fails when the
+// live heap or the tenants remembered pass it. By default it sprays 50,000
+// addresses at a MaxBytes of 1 MiB, under each algorithm, which the bound
+// caps at 10,922 GCRA tenants and 234 sliding logs. RATELIMITER_SPRAY sets
+// the number of addresses for one configuration per process instead, so
+// that the peak RSS is its own:
 //
 //	RATELIMITER_SPRAY=10000000 RATELIMITER_SPRAY_ALGORITHM=sliding_log \
 //	  go test -run TestSprayMemory -v -timeout 1h ./internal/tenant
@@ -27,13 +30,20 @@ import (
 // that every remembered log grows its ring to the largest it can).
 func TestSprayMemory(t *testing.T) {
 	n := envInt(t, "RATELIMITER_SPRAY", 0)
-	if n <= 0 {
-		t.Skip("set RATELIMITER_SPRAY to the number of addresses to measure memory under a spray")
+	if n > 0 {
+		alg := limiter.Algorithm(os.Getenv("RATELIMITER_SPRAY_ALGORITHM"))
+		if alg == "" {
+			alg = limiter.GCRA
+		}
+		spray(t, n, alg, envInt(t, "RATELIMITER_SPRAY_MAX_TENANTS", 0), int64(envInt(t, "RATELIMITER_SPRAY_MAX_BYTES", 0)))
+		return
 	}
-	alg := limiter.Algorithm(os.Getenv("RATELIMITER_SPRAY_ALGORITHM"))
-	if alg == "" {
-		alg = limiter.GCRA
+	for _, alg := range algorithms {
+		t.Run(string(alg), func(t *testing.T) { spray(t, 50_000, alg, 0, 1<<20) })
 	}
+}
+
+func spray(t *testing.T, n int, alg limiter.Algorithm, maxTenants int, maxBytes int64) {
 	limit := int64(envInt(t, "RATELIMITER_SPRAY_LIMIT", 100))
 	grants := 1
 	if alg == limiter.SlidingLog {
@@ -42,14 +52,13 @@ func TestSprayMemory(t *testing.T) {
 	grants = envInt(t, "RATELIMITER_SPRAY_GRANTS", grants)
 	cfg := Config{
 		Policy:     limiter.Policy{Limit: limit, Period: time.Hour, Algorithm: alg},
-		MaxTenants: envInt(t, "RATELIMITER_SPRAY_MAX_TENANTS", 0),
-		MaxBytes:   int64(envInt(t, "RATELIMITER_SPRAY_MAX_BYTES", 0)),
+		MaxTenants: maxTenants,
+		MaxBytes:   maxBytes,
 	}
-	bound, err := Bound(cfg, TenantBytes(cfg.Policy))
+	bound, err := Bound(cfg, TableBytes, TenantBytes(cfg.Policy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	maxBytes := cfg.MaxBytes
 	if maxBytes == 0 {
 		maxBytes = DefaultMaxBytes
 	}

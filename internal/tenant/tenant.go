@@ -100,7 +100,8 @@ type Config struct {
 	// MaxBytes bounds, in bytes, the memory the remembered tenants take
 	// at worst under the spray of distinct addresses an attacker can send;
 	// 0 means DefaultMaxBytes. A Registry remembers at most
-	// MaxBytes / TenantBytes(Policy) tenants (and at most MaxTenants),
+	// (MaxBytes - TableBytes) / TenantBytes(Policy) tenants (and at most
+	// MaxTenants),
 	// with the rule MaxTenants describes at that bound. A backend outside
 	// this process applies it with its own cost per tenant.
 	MaxBytes int64

@@ -43,7 +43,7 @@ func TestSprayMemory(t *testing.T) {
 		MaxBytes:   int64(envInt(t, "RATELIMITER_SPRAY_MAX_BYTES", 0)),
 	}
 	grants := envInt(t, "RATELIMITER_SPRAY_GRANTS", 1)
-	bound, err := tenant.Bound(cfg, TenantBytes(cfg.Policy))
+	bound, err := tenant.Bound(cfg, 0, TenantBytes(cfg.Policy))
 	if err != nil {
 		t.Fatal(err)
 	}
