@@ -173,6 +173,9 @@ func TestConfigWiring(t *testing.T) {
     - {name: "0x1F", limit: 6, period: 1.5h}
 `,
 	}, valueSet{
+		name:  "every bound at its largest",
+		extra: "server: {maxLimiters: 100000000}\nmetrics: {maxLimiters: 100000}\nconfig:\n  tenants: {max_tenants: 1000000000, max_bytes: 1125899906842624}\n",
+	}, valueSet{
 		name:  "redis with its defaults",
 		extra: "backend: {type: redis, redis: {addrs: ['redis:6379']}}\n",
 	}, valueSet{
@@ -240,6 +243,9 @@ func TestConfigWiring(t *testing.T) {
 				{"backend", cfg.Backend, lookupString(t, values, "backend", "type")},
 				{"IPv6 prefix", int64(cfg.Tenants.IPv6Prefix), lookupInt(t, values, "config", "tenants", "ipv6_prefix")},
 				{"max tenants", int64(cfg.Tenants.MaxTenants), lookupInt(t, values, "config", "tenants", "max_tenants")},
+				{"tenant max bytes", cfg.Tenants.MaxBytes, lookupInt(t, values, "config", "tenants", "max_bytes")},
+				{"max limiters", int64(cfg.MaxLimiters), lookupInt(t, values, "server", "maxLimiters")},
+				{"metrics max limiters", int64(cfg.MetricsMaxLimiters), lookupInt(t, values, "metrics", "maxLimiters")},
 				{"shutdown delay", cfg.ShutdownDelay, time.Duration(lookupInt(t, values, "shutdown", "delaySeconds")) * time.Second},
 				{"shutdown timeout", cfg.ShutdownTimeout, time.Duration(lookupInt(t, values, "shutdown", "timeoutSeconds")) * time.Second},
 				{"max body bytes", cfg.MaxBodyBytes, lookupInt(t, values, "server", "maxBodyBytes")},
@@ -411,6 +417,9 @@ config:
 		{name: "limiter added", extra: base + "    - {name: other, limit: 1, period: 1s}\n", configChanges: true, templateChanges: true},
 		{name: "limit changed", extra: strings.Replace(base, "limit: 10", "limit: 11", 1), configChanges: true, templateChanges: true},
 		{name: "per-IP policy changed", extra: base + "  tenants: {limit: 7}\n", configChanges: true, templateChanges: true},
+		{name: "per-IP memory bound changed", extra: base + "  tenants: {max_bytes: 1048576}\n", configChanges: true, templateChanges: true},
+		{name: "max limiters changed", extra: base + "server: {maxLimiters: 10}\n", templateChanges: true},
+		{name: "metrics max limiters changed", extra: base + "metrics: {maxLimiters: 10}\n", templateChanges: true},
 		{name: "admin token changed", extra: strings.Replace(base, "first-token", "second-token", 1), secretChanges: true, templateChanges: true},
 		{name: "Redis password changed", extra: strings.Replace(base, "first-password", "second-password", 1), redisSecretChanges: true, templateChanges: true},
 		{

@@ -251,6 +251,10 @@ are listed in ratelimiter.envNames, which extraEnv may not reuse.
   value: {{ int64 .Values.server.maxBodyBytes | quote }}
 - name: RATELIMITER_MAX_HEADER_BYTES
   value: {{ int64 .Values.server.maxHeaderBytes | quote }}
+- name: RATELIMITER_MAX_LIMITERS
+  value: {{ int64 .Values.server.maxLimiters | quote }}
+- name: RATELIMITER_METRICS_MAX_LIMITERS
+  value: {{ int64 .Values.metrics.maxLimiters | quote }}
 - name: RATELIMITER_READ_HEADER_TIMEOUT
   value: {{ .Values.server.readHeaderTimeout | quote }}
 - name: RATELIMITER_READ_TIMEOUT
@@ -371,6 +375,9 @@ express. Included by the Deployment, so every render runs it.
 {{- if gt (int64 ($l.burst | default 0)) (int64 $l.limit) }}
 {{- fail (printf "config.limiters[%d] (%s): burst %d is above the limit %d" $i $l.name (int64 $l.burst) (int64 $l.limit)) }}
 {{- end }}
+{{- end }}
+{{- if gt (len $v.config.limiters) (int $v.server.maxLimiters) }}
+{{- fail (printf "config.limiters declares %d limiters, more than server.maxLimiters=%d: the service would refuse to start. Raise server.maxLimiters, or declare fewer." (len $v.config.limiters) (int $v.server.maxLimiters)) }}
 {{- end }}
 {{- if gt (int64 $v.config.tenants.burst) (int64 $v.config.tenants.limit) }}
 {{- fail (printf "config.tenants: burst %d is above the limit %d" (int64 $v.config.tenants.burst) (int64 $v.config.tenants.limit)) }}
