@@ -286,7 +286,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	// than when the backend is built.
 	fixed, per := int64(tenant.TableBytes), tenant.TenantBytes(c.Tenants.Policy)
 	if c.Backend == BackendRedis {
-		fixed, per = 0, tenantredis.TenantBytes(c.Tenants.Policy)
+		fixed, per = tenantredis.TableBytes, tenantredis.TenantBytes(c.Tenants.Policy)
 	}
 	if c.Tenants.MaxBytes < fixed+per {
 		return Config{}, fmt.Errorf("config: %s: %d bytes do not hold one requester, which takes up to %d bytes under the per-IP policy (%s) on the %s backend, besides %d bytes of tables",

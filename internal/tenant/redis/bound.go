@@ -20,6 +20,13 @@ const (
 	listpackEntryBytes  = 16
 	skiplistEntryBytes  = 160
 	zsetListpackEntries = 128 // Redis's zset-max-listpack-entries default
+
+	// TableBytes is what the tenants take in Redis beyond TenantBytes a
+	// tenant, whatever their number: the shards' index keys and Redis's
+	// tables over them, which sprays at bounds of 1 to 8 MiB measured at
+	// about 376 KB over 313 bytes a GCRA tenant. The Redis tenants hold
+	// MaxBytes less TableBytes at TenantBytes a tenant.
+	TableBytes = 512 << 10
 )
 
 // TenantBytes returns the most Redis memory one tenant of policy p takes,
@@ -29,7 +36,7 @@ const (
 // while they number at most 128 (Redis keeps the set as a listpack) and
 // 160 above (a skiplist): at a Limit of 100, 512 + 16·101 = 2128 bytes; at
 // 200, 512 + 160·201 = 32,672. Tenants of a Config bound by MaxBytes hold
-// at most MaxBytes / TenantBytes of them.
+// at most (MaxBytes - TableBytes) / TenantBytes of them.
 func TenantBytes(p limiter.Policy) int64 {
 	p = p.Normalize()
 	if p.Algorithm == limiter.GCRA {

@@ -19,8 +19,10 @@ import (
 )
 
 // TestSprayMemory measures Redis's used_memory under a spray of distinct
-// IPv4 addresses against the bound (Config.MaxBytes). It only runs when
-// RATELIMITER_SPRAY sets the number of addresses:
+// IPv4 addresses against the bound (Config.MaxBytes), and fails when the
+// tenants held or the memory they take pass it. By default it sprays 20,000
+// addresses at a MaxBytes of 1 MiB (a bound of 1,365 GCRA tenants);
+// RATELIMITER_SPRAY sets the number of addresses instead:
 //
 //	RATELIMITER_SPRAY=1000000 go test -run TestSprayMemory -v -timeout 1h ./internal/tenant/redis
 //
@@ -29,9 +31,9 @@ import (
 // each address takes one permit at a time until it is denied, up to
 // _GRANTS times (1 by default).
 func TestSprayMemory(t *testing.T) {
-	n := envInt(t, "RATELIMITER_SPRAY", 0)
+	n, defaultBytes := envInt(t, "RATELIMITER_SPRAY", 0), 0
 	if n <= 0 {
-		t.Skip("set RATELIMITER_SPRAY to the number of addresses to measure memory under a spray")
+		n, defaultBytes = 20_000, 1<<20
 	}
 	alg := limiter.Algorithm(os.Getenv("RATELIMITER_SPRAY_ALGORITHM"))
 	if alg == "" {
@@ -40,10 +42,10 @@ func TestSprayMemory(t *testing.T) {
 	cfg := tenant.Config{
 		Policy:     limiter.Policy{Limit: int64(envInt(t, "RATELIMITER_SPRAY_LIMIT", 100)), Period: time.Hour, Algorithm: alg},
 		MaxTenants: envInt(t, "RATELIMITER_SPRAY_MAX_TENANTS", 0),
-		MaxBytes:   int64(envInt(t, "RATELIMITER_SPRAY_MAX_BYTES", 0)),
+		MaxBytes:   int64(envInt(t, "RATELIMITER_SPRAY_MAX_BYTES", defaultBytes)),
 	}
 	grants := envInt(t, "RATELIMITER_SPRAY_GRANTS", 1)
-	bound, err := tenant.Bound(cfg, 0, TenantBytes(cfg.Policy))
+	bound, err := tenant.Bound(cfg, TableBytes, TenantBytes(cfg.Policy))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@
 // # Bound
 //
 // The tenants remembered are bounded as in a tenant.Registry, by
-// tenant.Bound(cfg, 0, TenantBytes(policy)): Config.MaxTenants, lowered to
+// tenant.Bound(cfg, TableBytes, TenantBytes(policy)): Config.MaxTenants, lowered to
 // what Config.MaxBytes holds at this backend's cost per tenant. Each shard
 // holds at most its share, the bound divided by 16 and rounded up, kept
 // atomically by the scripts (the shard's index is its count); a newcomer to
@@ -140,7 +140,7 @@ func New(client rueidis.Client, prefix string, cfg tenant.Config) (*Tenants, err
 		return nil, fmt.Errorf("redis: tenants: %w: IPv6 prefix must be between 1 and %d, got %d", tenant.ErrInvalidConfig, tenant.MaxIPv6Prefix, cfg.IPv6Prefix)
 	}
 	p := cfg.Policy.Normalize()
-	bound, err := tenant.Bound(cfg, 0, TenantBytes(p))
+	bound, err := tenant.Bound(cfg, TableBytes, TenantBytes(p))
 	if err != nil {
 		return nil, fmt.Errorf("redis: tenants: %w", err)
 	}
