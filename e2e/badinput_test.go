@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -87,6 +88,15 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	acquirePath := "/v1/limiters/" + name + "/acquire"
+	// 40 levels of arrays, past the 32 a body may nest; and an object of
+	// 65 members, past the 64 one may hold.
+	deep := strings.Repeat("[", 40) + strings.Repeat("]", 40)
+	var wide strings.Builder
+	wide.WriteString(`{"limit":5,"period":"1m"`)
+	for i := range 63 {
+		fmt.Fprintf(&wide, `,"m%d":1`, i)
+	}
+	wide.WriteString("}")
 	tooLarge := `{"permits":1` + strings.Repeat(" ", 70_000) + `}`
 	longName := strings.Repeat("a", 129)
 
@@ -115,6 +125,9 @@ func TestBadInput(t *testing.T) {
 		{"body too large", acquireBody("application/json", tooLarge), 413, acquirePath, ""},
 		{"tenant zero permits", acquireTenantBody(`{"permits":0}`), 400, "/v1/tenants/" + ip + "/acquire", "body.permits"},
 		{"tenant malformed JSON", acquireTenantBody(`{`), 400, "/v1/tenants/" + ip + "/acquire", "body"},
+		{"nested 40 levels deep", acquireBody("application/json", `{"permits":`+deep+`}`), 400, acquirePath, ""},
+		{"tenant nested 40 levels deep", acquireTenantBody(`{"permits":` + deep + `}`), 400, "/v1/tenants/" + ip + "/acquire", ""},
+		{"batch nested 40 levels deep", batchBody(`{"acquisitions":[{"limiter":"` + name + `"},{"limiter":` + deep + `}]}`), 400, "/v1/acquire", ""},
 
 		// Batches: one bad acquisition refuses the batch, so the valid ones
 		// around it take nothing.
@@ -142,6 +155,8 @@ func TestBadInput(t *testing.T) {
 		{"period above 366 days", putBody(name, `{"limit":5,"period":"8785h"}`), 400, "/v1/limiters/" + name, "body.period"},
 		{"burst above limit", putBody(name, `{"limit":5,"period":"1m","burst":6}`), 400, "/v1/limiters/" + name, "body"},
 		{"zero burst", putBody(name, `{"limit":5,"period":"1m","burst":0}`), 400, "/v1/limiters/" + name, "body.burst"},
+		{"policy nested 40 levels deep", putBody(absent, `{"limit":5,"period":"1m","algorithm":`+deep+`}`), 400, "/v1/limiters/" + absent, ""},
+		{"policy of 65 members", putBody(absent, wide.String()), 400, "/v1/limiters/" + absent, "body"},
 		{"unknown algorithm", putBody(absent, `{"limit":5,"period":"1m","algorithm":"leaky_bucket"}`), 400, "/v1/limiters/" + absent, "body.algorithm"},
 		{"policy not JSON", func(ctx context.Context) (answer, error) {
 			return api.PutLimiterWithBodyWithResponse(ctx, absent, "application/x-www-form-urlencoded", strings.NewReader("limit=5&period=1m"))
@@ -177,6 +192,9 @@ func TestBadInput(t *testing.T) {
 		{"IPv6 with two ::", func(ctx context.Context) (answer, error) {
 			return api.GetTenantAvailableWithResponse(ctx, "2001:db8::1::2")
 		}, 400, "/v1/tenants/2001:db8::1::2/available", "path.ip"},
+		{"IPv6 prefix other than the configured /64", func(ctx context.Context) (answer, error) {
+			return api.GetTenantAvailableWithResponse(ctx, "2001:db8::/48")
+		}, 400, "/v1/tenants/2001:db8::%2F48/available", "path.ip"},
 		{"IPv6 with a zone", func(ctx context.Context) (answer, error) {
 			return api.AcquireTenantWithResponse(ctx, "fe80::1%eth0", client.AcquireRequest{})
 		}, 400, "/v1/tenants/fe80::1%25eth0/acquire", "path.ip"},

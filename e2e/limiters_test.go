@@ -385,3 +385,30 @@ func available(t *testing.T, api *client.ClientWithResponses, name string) int64
 	}
 	return res.JSON200.Remaining
 }
+
+// TestMaxLimiters: a service holds at most --max-limiters limiters; one more
+// is refused with a 409 problem and not created, while replacing one and
+// creating one after a delete still work.
+func TestMaxLimiters(t *testing.T) {
+	t.Parallel()
+	svc := startService(t, map[string]string{"RATELIMITER_MAX_LIMITERS": "2"})
+	api := svc.api
+	spec := client.LimiterSpec{Limit: 5, Period: "1m"}
+	put(t, api, "a", spec)
+	put(t, api, "b", spec)
+	res, err := api.PutLimiterWithResponse(t.Context(), "c", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProblem(t, res, http.StatusConflict, "/v1/limiters/c", "")
+	if get, err := api.GetLimiterWithResponse(t.Context(), "c"); err != nil || get.StatusCode() != http.StatusNotFound {
+		t.Errorf("get c after the refusal: got %v %v, want 404", get.StatusCode(), err)
+	}
+	if l := put(t, api, "a", client.LimiterSpec{Limit: 7, Period: "1m"}); l.Limit != 7 {
+		t.Errorf("replace a at the maximum: got %+v, want limit 7", l)
+	}
+	if del, err := api.DeleteLimiterWithResponse(t.Context(), "b"); err != nil || del.StatusCode() != http.StatusNoContent {
+		t.Fatalf("delete b: got %v %v, want 204", del.StatusCode(), err)
+	}
+	put(t, api, "c", spec)
+}

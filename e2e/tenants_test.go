@@ -152,6 +152,29 @@ func TestTenants(t *testing.T) {
 			}
 		})
 	}
+
+	// The tenant keys lowest answers, IPv6 prefixes included, name the
+	// same tenants when passed back through the client (which escapes the
+	// slash of a prefix as %2F).
+	t.Run("keys from lowest passed back", func(t *testing.T) {
+		for _, w := range wantLowest {
+			res, err := api.GetTenantAvailableWithResponse(ctx, w.tenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.JSON200 == nil || res.JSON200.Tenant != w.tenant || res.JSON200.Remaining != w.remaining {
+				t.Errorf("available for key %s: got %d %s, want tenant %s with %d remaining", w.tenant, res.StatusCode(), res.Body, w.tenant, w.remaining)
+			}
+		}
+		one := int64(1)
+		res, err := api.AcquireTenantWithResponse(ctx, "2001:db8:ffff::/64", client.AcquireRequest{Permits: &one})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.JSON200 == nil || res.JSON200.Tenant != "2001:db8:ffff::/64" || !res.JSON200.Allowed || res.JSON200.Remaining != 8 {
+			t.Errorf("acquire 1 for key 2001:db8:ffff::/64: got %d %s, want granted with 8 remaining", res.StatusCode(), res.Body)
+		}
+	})
 }
 
 // checkTenantReset asserts that a tenant with remaining permits of the
