@@ -21,17 +21,8 @@ local function gcra_decide(g, r, ba, bb, rem, n)
     r[k + 5], r[k + 6], r[k + 7], r[k + 8] = 0, ra, rn, 1
     return ba, bb, rem, false
   end
-  local ca, cb = gcra_cost(g, n)
-  local aa, ab = ba + ca, bb + cb
-  if ab >= g.m then
-    aa, ab = aa + 1, ab - g.m
-  end
-  if cmp2(aa, ab, g.ta, g.tb) > 0 then
-    local xa, xb = aa - g.ta, ab - g.tb
-    if xb < 0 then
-      xa, xb = xa - 1, xb + g.m
-    end
-    local wa, wn = gcra_duration(g, xa, xb)
+  local aa, ab, wa, wn = gcra_fit(g, ba, bb, n)
+  if wa then
     local ra, rn = gcra_duration(g, ba, bb)
     r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 0, rem, g.limit, wa
     r[k + 5], r[k + 6], r[k + 7], r[k + 8] = wn, ra, rn, 0

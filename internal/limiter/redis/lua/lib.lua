@@ -165,6 +165,27 @@ local function gcra_duration(g, a, b)
   return a, ns
 end
 
+-- gcra_fit decides whether n permits (1 to burst) fit when the TAT lies
+-- (ba, bb) after now. It returns the TAT a grant leaves (aa, ab) and, when
+-- that passes the tolerance so that nothing can be taken, the wait until
+-- the permits would fit, as microseconds plus nanoseconds.
+local function gcra_fit(g, ba, bb, n)
+  local ca, cb = gcra_cost(g, n)
+  local aa, ab = ba + ca, bb + cb
+  if ab >= g.m then
+    aa, ab = aa + 1, ab - g.m
+  end
+  if cmp2(aa, ab, g.ta, g.tb) > 0 then
+    local xa, xb = aa - g.ta, ab - g.tb
+    if xb < 0 then
+      xa, xb = xa - 1, xb + g.m
+    end
+    local wa, wn = gcra_duration(g, xa, xb)
+    return aa, ab, wa, wn
+  end
+  return aa, ab
+end
+
 ---------------------------------------------------------------------------
 -- Sliding log. The state is a sorted set: one member per grant instant (its
 -- microseconds since the epoch, as a decimal string) scored with the running

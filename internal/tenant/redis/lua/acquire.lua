@@ -33,17 +33,8 @@ local function tenant_gcra_acquire(g, key, idx, base, hex, now, n, max)
     local ra, rn = gcra_duration(g, ba, bb)
     return {0, gcra_remaining(g, ba, bb), g.limit, 0, 0, ra, rn, 1, 0}
   end
-  local ca, cb = gcra_cost(g, n)
-  local aa, ab = ba + ca, bb + cb
-  if ab >= g.m then
-    aa, ab = aa + 1, ab - g.m
-  end
-  if cmp2(aa, ab, g.ta, g.tb) > 0 then
-    local xa, xb = aa - g.ta, ab - g.tb
-    if xb < 0 then
-      xa, xb = xa - 1, xb + g.m
-    end
-    local wa, wn = gcra_duration(g, xa, xb)
+  local aa, ab, wa, wn = gcra_fit(g, ba, bb, n)
+  if wa then
     local ra, rn = gcra_duration(g, ba, bb)
     return {0, gcra_remaining(g, ba, bb), g.limit, wa, wn, ra, rn, 0, 0}
   end
