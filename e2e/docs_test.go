@@ -257,7 +257,18 @@ type page struct {
 // t unless it answers 200.
 func getPage(t *testing.T, svc *service, path string) page {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, svc.url+path, nil)
+	res, body := send(t, svc, http.MethodGet, path)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: got %d, want 200", path, res.StatusCode)
+	}
+	return page{header: res.Header, body: body}
+}
+
+// send makes a request with no body outside the generated client and
+// returns the answer with its whole body read.
+func send(t *testing.T, svc *service, method, path string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, svc.url+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +279,7 @@ func getPage(t *testing.T, svc *service, path string) page {
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: got %d, want 200", path, res.StatusCode)
-	}
-	return page{header: res.Header, body: body}
+	return res, body
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"io"
 	"net/http"
 	"testing"
 
@@ -18,23 +17,6 @@ func TestHead(t *testing.T) {
 	put(t, svc.api, name, client.LimiterSpec{Limit: 5, Period: "1h"})
 	take(t, svc.api, name, 2, true)
 
-	send := func(t *testing.T, method, path string) (*http.Response, []byte) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, svc.url+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := svc.http.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, err := io.ReadAll(res.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res, body
-	}
 	for _, path := range []string{
 		"/livez", "/readyz", "/metrics", "/openapi.yaml", "/openapi.json", "/docs/",
 		"/v1/limiters", "/v1/limiters/" + name, "/v1/limiters/" + name + "/available",
@@ -42,8 +24,8 @@ func TestHead(t *testing.T) {
 		"/docs/no-such-file",
 	} {
 		t.Run(path, func(t *testing.T) {
-			get, _ := send(t, http.MethodGet, path)
-			head, body := send(t, http.MethodHead, path)
+			get, _ := send(t, svc, http.MethodGet, path)
+			head, body := send(t, svc, http.MethodHead, path)
 			if head.StatusCode != get.StatusCode {
 				t.Errorf("HEAD %s: got %d, want GET's %d", path, head.StatusCode, get.StatusCode)
 			}
@@ -56,7 +38,7 @@ func TestHead(t *testing.T) {
 		})
 	}
 	t.Run("acquire", func(t *testing.T) {
-		res, _ := send(t, http.MethodHead, "/v1/limiters/"+name+"/acquire")
+		res, _ := send(t, svc, http.MethodHead, "/v1/limiters/"+name+"/acquire")
 		if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != http.MethodPost {
 			t.Errorf("HEAD on acquire: got %d, Allow %q; want 405, Allow POST", res.StatusCode, res.Header.Get("Allow"))
 		}

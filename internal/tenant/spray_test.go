@@ -4,12 +4,12 @@ import (
 	"context"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/storetest"
 )
 
 // TestSprayMemory measures a Registry's memory under a spray of distinct
@@ -29,13 +29,13 @@ import (
 // _GRANTS times (1 under GCRA, Limit under the sliding log by default, so
 // that every remembered log grows its ring to the largest it can).
 func TestSprayMemory(t *testing.T) {
-	n := envInt(t, "RATELIMITER_SPRAY", 0)
+	n := storetest.EnvInt(t, "RATELIMITER_SPRAY", 0)
 	if n > 0 {
 		alg := limiter.Algorithm(os.Getenv("RATELIMITER_SPRAY_ALGORITHM"))
 		if alg == "" {
 			alg = limiter.GCRA
 		}
-		spray(t, n, alg, envInt(t, "RATELIMITER_SPRAY_MAX_TENANTS", 0), int64(envInt(t, "RATELIMITER_SPRAY_MAX_BYTES", 0)))
+		spray(t, n, alg, storetest.EnvInt(t, "RATELIMITER_SPRAY_MAX_TENANTS", 0), int64(storetest.EnvInt(t, "RATELIMITER_SPRAY_MAX_BYTES", 0)))
 		return
 	}
 	for _, alg := range algorithms {
@@ -44,12 +44,12 @@ func TestSprayMemory(t *testing.T) {
 }
 
 func spray(t *testing.T, n int, alg limiter.Algorithm, maxTenants int, maxBytes int64) {
-	limit := int64(envInt(t, "RATELIMITER_SPRAY_LIMIT", 100))
+	limit := int64(storetest.EnvInt(t, "RATELIMITER_SPRAY_LIMIT", 100))
 	grants := 1
 	if alg == limiter.SlidingLog {
 		grants = int(limit)
 	}
-	grants = envInt(t, "RATELIMITER_SPRAY_GRANTS", grants)
+	grants = storetest.EnvInt(t, "RATELIMITER_SPRAY_GRANTS", grants)
 	cfg := Config{
 		Policy:     limiter.Policy{Limit: limit, Period: time.Hour, Algorithm: alg},
 		MaxTenants: maxTenants,
@@ -108,19 +108,6 @@ func spray(t *testing.T, n int, alg limiter.Algorithm, maxTenants int, maxBytes 
 		t.Errorf("live heap: got %d bytes, want at most max bytes %d", live, maxBytes)
 	}
 	runtime.KeepAlive(r)
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return n
 }
 
 // procStatus returns a field of /proc/self/status, such as "VmRSS".

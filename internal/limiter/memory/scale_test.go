@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,23 +14,21 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/storetest"
 )
 
 // TestScale creates RATELIMITER_SCALE limiters (a multiple of 100,000) in
 // random name order, then deletes them in another, and logs the time per
 // operation for each slice of 100,000 and the live heap and resident
 // memory after a collection, before, at the peak and after the deletions.
-// It measures, so it runs only when asked:
+// The test command runs it at 20,000 limiters; a measurement asks for more:
 //
 //	RATELIMITER_SCALE=1000000 go test -run '^TestScale$' -v ./internal/limiter/memory/
 //
 // It asserts only what cannot flake: every operation succeeds and the
 // store ends empty.
 func TestScale(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("RATELIMITER_SCALE"))
-	if n <= 0 {
-		t.Skip("set RATELIMITER_SCALE to a number of limiters to measure")
-	}
+	n := storetest.EnvInt(t, "RATELIMITER_SCALE", 20_000)
 	const slice = 100_000
 	ctx := context.Background()
 	names := make([]string, n)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/storetest"
 	"github.com/ratelimiter/ratelimiter/internal/redistest"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
@@ -31,7 +32,7 @@ import (
 // each address takes one permit at a time until it is denied, up to
 // _GRANTS times (1 by default).
 func TestSprayMemory(t *testing.T) {
-	n, defaultBytes := envInt(t, "RATELIMITER_SPRAY", 0), 0
+	n, defaultBytes := storetest.EnvInt(t, "RATELIMITER_SPRAY", 0), 0
 	if n <= 0 {
 		n, defaultBytes = 20_000, 1<<20
 	}
@@ -40,11 +41,11 @@ func TestSprayMemory(t *testing.T) {
 		alg = limiter.GCRA
 	}
 	cfg := tenant.Config{
-		Policy:     limiter.Policy{Limit: int64(envInt(t, "RATELIMITER_SPRAY_LIMIT", 100)), Period: time.Hour, Algorithm: alg},
-		MaxTenants: envInt(t, "RATELIMITER_SPRAY_MAX_TENANTS", 0),
-		MaxBytes:   int64(envInt(t, "RATELIMITER_SPRAY_MAX_BYTES", defaultBytes)),
+		Policy:     limiter.Policy{Limit: int64(storetest.EnvInt(t, "RATELIMITER_SPRAY_LIMIT", 100)), Period: time.Hour, Algorithm: alg},
+		MaxTenants: storetest.EnvInt(t, "RATELIMITER_SPRAY_MAX_TENANTS", 0),
+		MaxBytes:   int64(storetest.EnvInt(t, "RATELIMITER_SPRAY_MAX_BYTES", defaultBytes)),
 	}
-	grants := envInt(t, "RATELIMITER_SPRAY_GRANTS", 1)
+	grants := storetest.EnvInt(t, "RATELIMITER_SPRAY_GRANTS", 1)
 	bound, err := tenant.Bound(cfg, TableBytes, TenantBytes(cfg.Policy))
 	if err != nil {
 		t.Fatal(err)
@@ -117,17 +118,4 @@ func usedMemory(t *testing.T, c rueidis.Client) int64 {
 	}
 	t.Fatalf("INFO memory has no used_memory: %q", info)
 	return 0
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return n
 }
