@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Helm chart into a real Kubernetes API server on loopback:
 # builds etcd, kube-apiserver and helm from the versions pinned in
-# tools/etcd, tools/kube-apiserver and deploy/helm/test, then runs
+# tools/etcd, tools/kubernetes and deploy/helm/test, then runs
 # deploy/helm/test/install_test.go, which starts etcd and the API server,
 # runs helm install, checks every object, runs helm upgrade with changed
 # values, runs helm uninstall, checks every object is gone, and stops both
@@ -22,10 +22,10 @@ step() { printf '\n==> %s\n' "$*"; }
 step "build etcd, kube-apiserver and helm into .tools/bin"
 go -C tools/etcd build -o "$bin/etcd" go.etcd.io/etcd/server/v3
 # Clients refuse an API server that reports no version, so stamp the one
-# tools/kube-apiserver/go.mod pins.
-kube=$(go -C tools/kube-apiserver list -m -f '{{.Version}}' k8s.io/kubernetes)
+# tools/kubernetes/go.mod pins.
+kube=$(go -C tools/kubernetes list -m -f '{{.Version}}' k8s.io/kubernetes)
 minor=$(echo "$kube" | cut -d. -f2)
-go -C tools/kube-apiserver build -o "$bin/kube-apiserver" -ldflags "-s -w \
+go -C tools/kubernetes build -o "$bin/kube-apiserver" -ldflags "-s -w \
   -X k8s.io/component-base/version.gitVersion=$kube \
   -X k8s.io/component-base/version.gitMajor=1 \
   -X k8s.io/component-base/version.gitMinor=$minor" \
