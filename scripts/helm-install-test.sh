@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Helm chart into a real Kubernetes API server on loopback:
-# builds etcd, kube-apiserver and helm from the versions pinned in
-# tools/etcd, tools/kubernetes and deploy/helm/test, then runs
+# builds etcd, kube-apiserver and helm (scripts/tools.sh), then runs
 # deploy/helm/test/install_test.go, which starts etcd and the API server,
 # runs helm install, checks every object, runs helm upgrade with changed
 # values, runs helm uninstall, checks every object is gone, and stops both
@@ -19,18 +18,9 @@ bin=$PWD/.tools/bin
 mkdir -p "$bin"
 step() { printf '\n==> %s\n' "$*"; }
 
-step "build etcd, kube-apiserver and helm into .tools/bin"
-go -C tools/etcd build -o "$bin/etcd" go.etcd.io/etcd/server/v3
-# Clients refuse an API server that reports no version, so stamp the one
-# tools/kubernetes/go.mod pins.
+step "build the tools into .tools/bin (scripts/tools.sh)"
+./scripts/tools.sh
 kube=$(go -C tools/kubernetes list -m -f '{{.Version}}' k8s.io/kubernetes)
-minor=$(echo "$kube" | cut -d. -f2)
-go -C tools/kubernetes build -o "$bin/kube-apiserver" -ldflags "-s -w \
-  -X k8s.io/component-base/version.gitVersion=$kube \
-  -X k8s.io/component-base/version.gitMajor=1 \
-  -X k8s.io/component-base/version.gitMinor=$minor" \
-  k8s.io/kubernetes/cmd/kube-apiserver
-go -C deploy/helm/test build -o "$bin/helm" helm.sh/helm/v3/cmd/helm
 "$bin/kube-apiserver" --version
 "$bin/helm" version --short
 
