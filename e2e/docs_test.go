@@ -201,6 +201,7 @@ func TestMetrics(t *testing.T) {
 		{"http_server_request_duration_seconds", dto.MetricType_HISTOGRAM, map[string]string{"http_response_status_code": "200"}},
 		{"ratelimiter_tenants_tracked", dto.MetricType_GAUGE, nil},
 		{"ratelimiter_tenants_index_entries", dto.MetricType_GAUGE, nil},
+		{"ratelimiter_backend_up", dto.MetricType_GAUGE, map[string]string{"backend": "memory"}},
 		{"go_goroutines", dto.MetricType_GAUGE, nil},
 		{"process_resident_memory_bytes", dto.MetricType_GAUGE, nil},
 	}

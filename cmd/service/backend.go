@@ -29,6 +29,9 @@ type backend struct {
 	// on memory; on Redis, whether Redis answered its last health check,
 	// or always with fail-open, which decides without it.
 	healthy func() bool
+	// up reports whether the backend answers, whatever the failure mode:
+	// always on memory; on Redis, whether it answered its health checks.
+	up func() bool
 	// close releases the backend once the server has stopped.
 	close func()
 }
@@ -52,6 +55,7 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 			tenants:  tenant.NewService(registry, limiter.ServiceOptions{}),
 			registry: registry,
 			healthy:  func() bool { return true },
+			up:       func() bool { return true },
 			close:    func() {},
 		}
 		for _, def := range cfg.Limiters {
@@ -100,6 +104,7 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 		limiters: limiter.NewServiceWith(store, svcOpts),
 		tenants:  tenant.NewService(tenants, svcOpts),
 		healthy:  func() bool { return mode == limiter.FailOpen || up.Load() },
+		up:       up.Load,
 		close: func() {
 			cancel()
 			<-done

@@ -52,6 +52,25 @@ func waitReady(t *testing.T, c *client.ClientWithResponses, want int) {
 	}
 }
 
+// waitBackendUp polls /metrics until ratelimiter_backend_up{backend="redis"}
+// is want, for up to 30 seconds.
+func waitBackendUp(t *testing.T, c *client.ClientWithResponses, want float64) {
+	t.Helper()
+	const series = `ratelimiter_backend_up{backend="redis"}`
+	base := strings.TrimSuffix(c.ClientInterface.(*client.Client).Server, "/")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, ok := scrape(t, base+"/metrics")[series]
+		if ok && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics %s = %v (present %v) after 30s, want %v", series, got, ok, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func acquire(t *testing.T, c *client.ClientWithResponses, name string, permits int64) client.Decision {
 	t.Helper()
 	res, err := c.AcquireWithResponse(t.Context(), name, client.AcquireRequest{Permits: &permits})
@@ -137,8 +156,9 @@ func TestRedisBackendIsShared(t *testing.T) {
 	}
 }
 
-// When Redis stops answering, fail-closed denies and turns the replica
-// unready; when it answers again, both recover without a restart.
+// When Redis stops answering, fail-closed denies, turns the replica unready
+// and reports the backend down in /metrics; when it answers again, all
+// three recover without a restart.
 func TestRedisOutageFailClosed(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	c := replica(t, srv.Addr, map[string]string{"RATELIMITER_REDIS_TIMEOUT": "1s"})
@@ -161,9 +181,11 @@ func TestRedisOutageFailClosed(t *testing.T) {
 		}
 	}
 	waitReady(t, c, http.StatusServiceUnavailable)
+	waitBackendUp(t, c, 0)
 
 	srv.Unpause(t)
 	waitReady(t, c, http.StatusOK)
+	waitBackendUp(t, c, 1)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		d := acquire(t, c, "upstream", 1)
@@ -177,8 +199,9 @@ func TestRedisOutageFailClosed(t *testing.T) {
 	}
 }
 
-// With fail-open, an outage grants and the replica stays ready; a replica
-// started while Redis is unreachable serves degraded decisions too.
+// With fail-open, an outage grants and the replica stays ready, so only
+// /metrics tells that Redis is down; a replica started while Redis is
+// unreachable serves degraded decisions too.
 func TestRedisOutageFailOpen(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	env := map[string]string{"RATELIMITER_REDIS_FAILURE_MODE": "fail-open", "RATELIMITER_REDIS_TIMEOUT": "1s"}
@@ -199,6 +222,7 @@ func TestRedisOutageFailOpen(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	waitBackendUp(t, c, 1)
 	srv.Stop(t)
 	for range 3 {
 		if d := acquire(t, c, "upstream", 1); !d.Allowed || d.Degraded == nil {
@@ -206,9 +230,11 @@ func TestRedisOutageFailOpen(t *testing.T) {
 		}
 	}
 	waitReady(t, c, http.StatusOK)
+	waitBackendUp(t, c, 0)
 
 	// A replica whose Redis has never answered.
 	late := replica(t, srv.Addr, env)
+	waitBackendUp(t, late, 0)
 	if d := acquire(t, late, "upstream", 1); !d.Allowed || d.Degraded == nil {
 		t.Errorf("acquire before Redis ever answered: got %+v, want a degraded grant", d)
 	}

@@ -106,6 +106,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logger.Debug("limiter declared", "name", def.Name, "limit", def.Policy.Limit,
 			"period", limiter.FormatPeriod(def.Policy.Period), "algorithm", def.Policy.Algorithm)
 	}
+	if err := tel.ObserveBackend(cfg.Backend, b.up); err != nil {
+		return err
+	}
 	if b.registry != nil {
 		err = tel.ObserveTenants(func() (int64, int64) {
 			s := b.registry.Stats()

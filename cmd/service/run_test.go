@@ -41,7 +41,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 			var labels []string
 			for _, l := range m.GetLabel() {
 				switch l.GetName() {
-				case "limiter", "result", "ratelimiter_operation":
+				case "limiter", "result", "ratelimiter_operation", "backend":
 					labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
 				}
 			}
@@ -191,6 +191,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		{`ratelimiter_decisions_total{limiter="tenant",result="allowed"}`, 1},
 		{`ratelimiter_permits_total{limiter="tenant",result="granted"}`, 3},
 		{`ratelimiter_tenants_tracked`, 1},
+		{`ratelimiter_backend_up{backend="memory"}`, 1},
 	} {
 		if got, ok := m[tt.series]; !ok || got != tt.want {
 			t.Errorf("/metrics %s = %v (present %v), want %v", tt.series, got, ok, tt.want)

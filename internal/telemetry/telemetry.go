@@ -242,6 +242,33 @@ func (t *Telemetry) ObserveTenants(stats func() (tenants, indexEntries int64)) e
 	return nil
 }
 
+// ObserveBackend registers the observable gauge ratelimiter.backend.up,
+// labelled backend=name: 1 when up reports true at a collection (each
+// scrape of Metrics), 0 when it reports false. up must be safe to call from
+// any goroutine and should be cheap. The gauge lives until Shutdown.
+func (t *Telemetry) ObserveBackend(name string, up func() bool) error {
+	m := t.MeterProvider.Meter(scope)
+	// No unit: "1" would make the Prometheus name end in _ratio.
+	gauge, err := m.Int64ObservableGauge("ratelimiter.backend.up",
+		metric.WithDescription("Whether the backend answers: 1 when it does, 0 when it does not (for Redis, after two health checks a second apart went unanswered)."))
+	if err != nil {
+		return fmt.Errorf("telemetry: backend gauge: %w", err)
+	}
+	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("backend", name)))
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		v := int64(0)
+		if up() {
+			v = 1
+		}
+		o.ObserveInt64(gauge, v, attrs)
+		return nil
+	}, gauge)
+	if err != nil {
+		return fmt.Errorf("telemetry: backend callback: %w", err)
+	}
+	return nil
+}
+
 // Shutdown flushes pending spans and stops the providers, within ctx's
 // deadline. It returns every error met, joined. The global providers stay
 // installed but record nothing afterwards. Call it once, after the last

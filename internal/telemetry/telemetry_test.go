@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -152,6 +153,11 @@ func TestMetricsScrapedOverHTTP(t *testing.T) {
 	if err := tel.ObserveTenants(func() (int64, int64) { return tenants, entries }); err != nil {
 		t.Fatalf("ObserveTenants: %v", err)
 	}
+	var up atomic.Bool
+	up.Store(true)
+	if err := tel.ObserveBackend("redis", up.Load); err != nil {
+		t.Fatalf("ObserveBackend: %v", err)
+	}
 
 	requests.Add(t.Context(), 3)
 	latency.Record(t.Context(), 0.0003)
@@ -159,6 +165,7 @@ func TestMetricsScrapedOverHTTP(t *testing.T) {
 	wantSample(t, body, "test_requests_total", "", "3")
 	wantSample(t, body, "ratelimiter_tenants_tracked", "", "7")
 	wantSample(t, body, "ratelimiter_tenants_index_entries", "", "9")
+	wantSample(t, body, "ratelimiter_backend_up", `backend="redis"`, "1")
 	// 300µs falls in the 500µs bucket, not in the 250µs one: sub-millisecond
 	// buckets exist.
 	wantSample(t, body, `test_duration_seconds_bucket`, `le="0.00025"`, "0")
@@ -169,9 +176,11 @@ func TestMetricsScrapedOverHTTP(t *testing.T) {
 
 	requests.Add(t.Context(), 2)
 	tenants = 8
+	up.Store(false)
 	body = scrape(t, srv.URL)
 	wantSample(t, body, "test_requests_total", "", "5")
 	wantSample(t, body, "ratelimiter_tenants_tracked", "", "8")
+	wantSample(t, body, "ratelimiter_backend_up", `backend="redis"`, "0")
 }
 
 func scrape(t *testing.T, url string) string {
