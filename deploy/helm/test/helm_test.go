@@ -32,6 +32,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+
 	"github.com/ratelimiter/ratelimiter/deploy/helm/test/kubeschema"
 )
 
@@ -257,12 +259,19 @@ type manifests struct {
 	Deployment     *appsv1.Deployment
 	Service        *corev1.Service
 	ServiceAccount *corev1.ServiceAccount
-	ConfigMap      *corev1.ConfigMap
+	ConfigMap      *corev1.ConfigMap         // the service's configuration file
 	Secrets        map[string]*corev1.Secret // by name
 	PDB            *policyv1.PodDisruptionBudget
 	HPA            *autoscalingv2.HorizontalPodAutoscaler
 	NetworkPolicy  *networkingv1.NetworkPolicy
 	TestPod        *corev1.Pod
+
+	// The optional monitoring objects: the Prometheus Operator's custom
+	// resources, decoded strictly into the operator's own Go types, and
+	// the ConfigMap holding the Grafana dashboard.
+	ServiceMonitor *monitoringv1.ServiceMonitor
+	PrometheusRule *monitoringv1.PrometheusRule
+	Dashboard      *corev1.ConfigMap
 }
 
 // render renders the chart with vs and decodes the result. The Deployment,
@@ -309,7 +318,21 @@ func decode(t *testing.T, out string) *manifests {
 		case "v1 ServiceAccount":
 			dst = into(t, &m.ServiceAccount)
 		case "v1 ConfigMap":
-			dst = into(t, &m.ConfigMap)
+			// The configuration file's, and the dashboard's, told apart
+			// by their data.
+			var cm corev1.ConfigMap
+			if err := yaml.Unmarshal(doc, &cm); err != nil {
+				t.Fatalf("decode ConfigMap: %v\n%s", err, doc)
+			}
+			if _, ok := cm.Data[dashboardKey]; ok {
+				dst = into(t, &m.Dashboard)
+			} else {
+				dst = into(t, &m.ConfigMap)
+			}
+		case "monitoring.coreos.com/v1 ServiceMonitor":
+			dst = into(t, &m.ServiceMonitor)
+		case "monitoring.coreos.com/v1 PrometheusRule":
+			dst = into(t, &m.PrometheusRule)
 		case "v1 Secret":
 			// The chart may make several Secrets, one for each value.
 			dst = new(corev1.Secret)

@@ -383,3 +383,16 @@ express. Included by the Deployment, so every render runs it.
 {{- fail (printf "config.tenants: burst %d is above the limit %d" (int64 $v.config.tenants.burst) (int64 $v.config.tenants.limit)) }}
 {{- end }}
 {{- end }}
+
+{{/*
+The PromQL label matchers, without braces, that select the release's series
+in the alert rules: metrics.prometheusRule.selector, or the namespace and job
+labels a ServiceMonitor gives the scraped series (job is the Service's name).
+*/}}
+{{- define "ratelimiter.alertSelector" -}}
+{{- with .Values.metrics.prometheusRule.selector }}
+{{- . }}
+{{- else }}
+{{- printf "namespace=%q,job=%q" .Release.Namespace (include "ratelimiter.fullname" .) }}
+{{- end }}
+{{- end }}
