@@ -9,9 +9,10 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 )
 
-// renderNotes renders templates/NOTES.txt, which helm template leaves out,
-// with helm's own template engine.
-func renderNotes(t *testing.T, vs valueSet) string {
+// renderFiles renders every template of the chart with helm's own template
+// engine, as helm install would, and returns each file's text by its name
+// (ratelimiter/templates/...).
+func renderFiles(t *testing.T, vs valueSet) map[string]string {
 	t.Helper()
 	ch, err := loader.Load(chartDir)
 	if err != nil {
@@ -32,7 +33,14 @@ func renderNotes(t *testing.T, vs valueSet) string {
 	if err != nil {
 		t.Fatalf("render: %v", err)
 	}
-	notes, ok := out[ch.Name()+"/templates/NOTES.txt"]
+	return out
+}
+
+// renderNotes renders templates/NOTES.txt, which helm template leaves out,
+// with helm's own template engine.
+func renderNotes(t *testing.T, vs valueSet) string {
+	t.Helper()
+	notes, ok := renderFiles(t, vs)["ratelimiter/templates/NOTES.txt"]
 	if !ok {
 		t.Fatal("no NOTES.txt rendered")
 	}
@@ -66,7 +74,17 @@ func TestNotes(t *testing.T) {
 				"set backend.type=redis",
 				"helm test rel --namespace limits",
 			},
-			notWant: []string{"Authorization: Bearer", "Backend redis", "WARNING: podDisruptionBudget"},
+			notWant: []string{"Authorization: Bearer", "Backend redis", "WARNING: podDisruptionBudget", "ServiceMonitor", "PrometheusRule", "Grafana"},
+		},
+		{
+			name:   "monitoring",
+			values: "metrics: {scrapeAnnotations: false, serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}, grafanaDashboard: {enabled: true, namespace: monitoring}}\n",
+			want: []string{
+				"ServiceMonitor rel-ratelimiter has the Prometheus Operator scrape them.",
+				"PrometheusRule rel-ratelimiter holds the service's alerts.",
+				"ConfigMap rel-ratelimiter-dashboard in namespace monitoring holds the Grafana dashboard,\nlabelled grafana_dashboard=\"1\"",
+			},
+			notWant: []string{"prometheus.io/* scrape annotations"},
 		},
 		{
 			name:   "redis, fail-closed",
