@@ -8,6 +8,7 @@ tool (
 )
 
 require (
+	github.com/prometheus-operator/prometheus-operator v0.89.0
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.89.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

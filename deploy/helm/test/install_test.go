@@ -4,7 +4,9 @@
 // built only with the apiserver tag: scripts/helm-install-test.sh builds the
 // three from pinned modules and runs it. Pods never start (there is no
 // kubelet or controller manager); what is tested is that a real API server
-// accepts, stores, updates and deletes every object the chart makes.
+// accepts, stores, updates and deletes every object the chart makes,
+// the Prometheus Operator's ServiceMonitor and PrometheusRule included,
+// validated by the operator's own CRDs (from the module go.mod pins).
 
 package helmtest
 
@@ -28,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,6 +51,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
+
+	crd "github.com/prometheus-operator/prometheus-operator/example"
 )
 
 const (
@@ -116,10 +121,20 @@ func TestInstall(t *testing.T) {
 		t.Fatalf("helm list after the refused install = %q, want no releases", releases)
 	}
 
+	// The ServiceMonitor and PrometheusRule are custom resources: the API
+	// server knows them, and validates them, once the operator's CRDs are
+	// installed.
+	installCRDs(t, c, "servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
+
 	// Install with the admin token, a limiter, and the optional objects on.
 	helmRun("install", installRelease, chart, "--namespace", installNamespace, "--create-namespace",
 		"--set", "adminToken.value=install-token",
 		"--set", "networkPolicy.enabled=true",
+		"--set", "metrics.serviceMonitor.enabled=true",
+		"--set", "metrics.serviceMonitor.labels.release=monitoring",
+		"--set", "metrics.prometheusRule.enabled=true",
+		"--set", "metrics.prometheusRule.alertLabels.team=platform",
+		"--set", "metrics.grafanaDashboard.enabled=true",
 		"--set", "config.limiters[0].name=upstream",
 		"--set", "config.limiters[0].limit=5",
 		"--set", "config.limiters[0].period=1m")
@@ -128,6 +143,7 @@ func TestInstall(t *testing.T) {
 		t.Fatal("helm get manifest listed no objects")
 	}
 	checkStored(t, c, objects)
+	checkCustomResources(t, c, objects)
 
 	dep, err := kube.AppsV1().Deployments(installNamespace).Get(ctx, installRelease+"-ratelimiter", metav1.GetOptions{})
 	if err != nil {
@@ -250,6 +266,99 @@ func TestInstall(t *testing.T) {
 	}
 	helmRun("uninstall", redisRelease, "--namespace", installNamespace, "--wait", "--timeout", "60s")
 	checkGone(t, c, redisObjects)
+}
+
+// installCRDs creates the named CustomResourceDefinitions from the
+// Prometheus Operator's CRD files and waits until the API server serves
+// them.
+func installCRDs(t *testing.T, c *cluster, names ...string) {
+	t.Helper()
+	var all bytes.Buffer
+	if err := crd.PrintAll(&all); err != nil {
+		t.Fatalf("the Prometheus Operator's CRDs: %v", err)
+	}
+	crds := dynamic.NewForConfigOrDie(c.config).Resource(schema.GroupVersionResource{
+		Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	found := map[string]bool{}
+	for _, obj := range manifestObjects(t, all.String()) {
+		if obj.GetKind() != "CustomResourceDefinition" || !slices.Contains(names, obj.GetName()) {
+			continue
+		}
+		found[obj.GetName()] = true
+		if _, err := crds.Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create CRD %s: %v", obj.GetName(), err)
+		}
+		t.Logf("created CRD %s (operator version %s)", obj.GetName(), obj.GetAnnotations()["operator.prometheus.io/version"])
+	}
+	for _, name := range names {
+		if !found[name] {
+			t.Fatalf("the Prometheus Operator's CRD files have no %s", name)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !crdEstablished(t, crds, name) {
+			if time.Now().After(deadline) {
+				t.Fatalf("CRD %s not established after 30s", name)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+func crdEstablished(t *testing.T, crds dynamic.NamespaceableResourceInterface, name string) bool {
+	t.Helper()
+	got, err := crds.Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get CRD %s: %v", name, err)
+	}
+	conditions, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// checkCustomResources checks that the release's ServiceMonitor and
+// PrometheusRule are in the API server, and that the server really checks
+// them against the CRDs' schemas: a copy of each with a field the schema
+// refuses is rejected, naming the field.
+func checkCustomResources(t *testing.T, c *cluster, objs []*unstructured.Unstructured) {
+	t.Helper()
+	broken := map[string]struct {
+		path  []string
+		value any
+	}{
+		"ServiceMonitor": {[]string{"spec", "endpoints"}, []any{map[string]any{"port": "http", "interval": "thirty seconds"}}},
+		"PrometheusRule": {[]string{"spec", "groups"}, []any{map[string]any{"name": "g", "rules": []any{map[string]any{"alert": "A", "expr": "up == 0", "for": "fifteen minutes"}}}}},
+	}
+	for kind, b := range broken {
+		var obj *unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == kind && o.GetAPIVersion() == "monitoring.coreos.com/v1" {
+				obj = o
+			}
+		}
+		if obj == nil {
+			t.Errorf("the release has no %s", kind)
+			continue
+		}
+		client := resource(t, c, obj)
+		if _, err := client.Get(t.Context(), obj.GetName(), metav1.GetOptions{}); err != nil {
+			t.Errorf("%s %s: %v", kind, obj.GetName(), err)
+		}
+		bad := obj.DeepCopy()
+		bad.SetName(obj.GetName() + "-invalid")
+		if err := unstructured.SetNestedField(bad.Object, b.value, b.path...); err != nil {
+			t.Fatal(err)
+		}
+		_, err := client.Create(t.Context(), bad, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) {
+			t.Errorf("create %s with %v = %v: got %v, want the CRD's schema to refuse it", kind, b.path, b.value, err)
+			continue
+		}
+		t.Logf("the API server refuses a broken %s: %v", kind, err)
+	}
 }
 
 // binary returns the path an environment variable names, failing the test
