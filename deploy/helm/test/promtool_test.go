@@ -90,13 +90,15 @@ func TestAlertRulesCheck(t *testing.T) {
     degradedDecisions: {threshold: 0.999, window: 1h, for: 1h, severity: page}
     backendDown: {for: 0s, severity: warning}
 `},
+		// Helm writes such numbers as 1e-06 and 1e+06.
+		{name: "extreme numbers", extra: "metrics: {prometheusRule: {enabled: true, highDenialRatio: {threshold: 0.000001, minRate: 1000000}, degradedDecisions: {threshold: 0.0000001}}}\n"},
 	}
 	for _, vs := range ciValueSets(t) {
 		if enabled, _ := lookup(t, vs.values(t), "metrics", "prometheusRule", "enabled").(bool); enabled {
 			sets = append(sets, vs)
 		}
 	}
-	if len(sets) < 3 {
+	if len(sets) < 4 {
 		t.Fatalf("no ci values file turns the PrometheusRule on")
 	}
 	for _, vs := range sets {
