@@ -138,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("http handler: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           closeWhenStopping(handler, &ready),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
@@ -152,8 +152,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen: %w", err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	ready.Store(true)
+	go func() { served <- srv.Serve(ln) }()
 	logger.Info("listening", "address", ln.Addr().String(), "limiters", len(cfg.Limiters))
 
 	select {
@@ -164,7 +164,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// Stop advertising readiness first, and keep serving for the delay, so
 	// that load balancers route new requests elsewhere before the listener
-	// closes.
+	// closes; meanwhile every answer closes its connection
+	// (closeWhenStopping).
 	ready.Store(false)
 	logger.Info("shutting down", "delay", cfg.ShutdownDelay.String(), "timeout", cfg.ShutdownTimeout.String())
 	delay := time.NewTimer(cfg.ShutdownDelay)
@@ -187,6 +188,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		errs = append(errs, fmt.Errorf("serve: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// closeWhenStopping makes every answer given once the service is stopping,
+// during the shutdown delay, close its connection ("Connection: close"). A
+// client holding a kept-alive connection to this replica then opens its
+// next one through the load balancer, which by then routes elsewhere,
+// instead of sending a request on a connection that the server closes as
+// idle when the delay ends: a request lost that way cannot be retried by
+// the client unless it is idempotent.
+func closeWhenStopping(next http.Handler, ready *atomic.Bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // goHeaderSlack is how many bytes of a request Go's HTTP server reads

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"sort"
@@ -394,4 +395,58 @@ func TestMetricsOfManyLimiters(t *testing.T) {
 			t.Errorf("/metrics %s = %v (present %v), want %v", tt.series, got, ok, tt.want)
 		}
 	}
+}
+
+// TestShutdownDelayClosesConnections checks that answers given during the
+// shutdown delay close their connection, so that a client's next request
+// goes through a new one (to another replica behind a load balancer), and
+// that answers before it keep the connection open.
+func TestShutdownDelayClosesConnections(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	env := map[string]string{"RATELIMITER_SHUTDOWN_DELAY": "5s"}
+	base, _, done, cancel := start(t, []string{"--listen", "127.0.0.1:0"}, env)
+	hc := &http.Client{Transport: &http.Transport{}}
+	// call GETs path and returns its status, whether the connection was
+	// reused and whether the answer closed it.
+	call := func(path string) (status int, reused, closed bool) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused },
+		}))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, reused, resp.Close
+	}
+
+	call("/livez")
+	if _, reused, closed := call("/livez"); !reused || closed {
+		t.Errorf("before shutdown: connection reused %t, closed %t; want reused and kept", reused, closed)
+	}
+	cancel()
+	// The first answer that says not ready closes its connection...
+	for {
+		status, _, closed := call("/readyz")
+		if status == http.StatusServiceUnavailable {
+			if !closed {
+				t.Error("/readyz answered 503 and kept the connection")
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// ...and so does every later one, each on a new connection.
+	for i := range 3 {
+		if status, reused, closed := call("/livez"); status != http.StatusOK || reused || !closed {
+			t.Errorf("answer %d during the shutdown delay: status %d, connection reused %t, closed %t; want 200 on a new connection, closed", i, status, reused, closed)
+		}
+	}
+	waitRun(t, done)
 }
