@@ -124,6 +124,29 @@ func TestClusterDefault(t *testing.T) {
 			t.Errorf("/metrics has no %s", want)
 		}
 	}
+
+	// A rollout under load fails no request: the new pod is ready before
+	// the old one stops, and the old one drains. The memory backend keeps
+	// its state in the pod, so the new pod starts with full buckets: only
+	// failures are counted here (TestClusterRedis checks the counts).
+	l := newTenantLoad(t, base, 8, 1200, 8)
+	var took time.Duration
+	l.during(t, 2*time.Second, func() {
+		start := time.Now()
+		c.helm(t, "upgrade", release, chartDir, "--namespace", ns, "--reuse-values", "--wait", "--timeout", "3m",
+			"--set", "podAnnotations.rollout=one")
+		c.waitReady(t, ns, selector, 1, 2*time.Minute)
+		took = time.Since(start)
+	})
+	r := l.result(100)
+	t.Logf("rollout of 1 pod: took %s; load over %s from %d workers: %d requests (%.0f/s), %d failed",
+		took.Round(time.Millisecond), l.elapsed.Round(time.Millisecond), l.workers, r.requests, r.rate, r.failed)
+	for _, f := range l.failures {
+		t.Logf("failed: %s", f)
+	}
+	if r.failed != 0 || r.requests < 500 {
+		t.Errorf("%d of %d requests failed, want 0 of at least 500", r.failed, r.requests)
+	}
 }
 
 // get fetches a URL and returns its body, failing the test unless it
