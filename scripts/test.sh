@@ -8,14 +8,18 @@
 #   - the Helm chart: lint, render, strict schema validation, properties;
 #   - the end-to-end suite: the image built from ./Dockerfile, driven in
 #     containers through the generated client (needs Docker);
-#   - helm install, upgrade and uninstall against a real kube-apiserver.
+#   - helm install, upgrade and uninstall against a real kube-apiserver;
+#   - the chart in a real single-node Kubernetes cluster: pods, Services,
+#     DNS, helm test, Redis mode, rollouts and pod loss under load
+#     (scripts/cluster-test.sh; needs root and Docker).
 #
 #   ./scripts/test.sh            # FUZZTIME=50000x (runs) per target by default
 #
-# The first run builds helm, etcd and kube-apiserver from pinned modules and
-# the images (about 20 minutes on 2 cores); later runs reuse Go's build cache
-# and Docker's layer cache. Without Docker the end-to-end suite is skipped
-# with a warning, unless CI=true, where a missing Docker is a failure.
+# The first run builds helm, etcd, the Kubernetes components and CoreDNS
+# from pinned modules, and the images (about 30 minutes on 2 cores); later
+# runs reuse Go's build cache and Docker's layer cache. Without Docker the
+# end-to-end suite and the cluster tests are skipped with a warning, and
+# without root the cluster tests, unless CI=true, where either is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,7 +66,7 @@ step "go vet (every module)"
 go vet ./...
 go -C e2e vet ./...
 go -C bench vet ./...
-go -C deploy/helm/test vet -tags apiserver ./...
+go -C deploy/helm/test vet -tags apiserver,cluster ./...
 
 step "go.mod and go.sum are tidy"
 for m in "${modules[@]}"; do
@@ -110,6 +114,16 @@ elif [ "${CI:-}" = true ]; then
 else
   printf '\n%s\n' "WARNING: Docker is not available (docker info failed): the end-to-end suite was NOT run." >&2
   skipped+=("end-to-end suite (no Docker)")
+fi
+
+step "the chart in a real single-node Kubernetes cluster (scripts/cluster-test.sh)"
+if [ "$(id -u)" = 0 ] && docker info >/dev/null 2>&1; then
+  ./scripts/cluster-test.sh
+elif [ "${CI:-}" = true ]; then
+  fail "the cluster tests need root and the Docker engine, and CI=true: they must run in CI"
+else
+  printf '\n%s\n' "WARNING: not root, or no Docker: the cluster tests were NOT run." >&2
+  skipped+=("cluster tests (need root and Docker)")
 fi
 
 if [ ${#skipped[@]} -gt 0 ]; then

@@ -18,7 +18,7 @@ import (
 // limiter, and uses it through its Service: the pod runs as the chart says,
 // helm test passes, and every kind of request is answered.
 func TestClusterDefault(t *testing.T) {
-	c := cluster(t)
+	c := kubeCluster(t)
 	ns := c.namespace(t, "rl-default")
 	const release = "rl"
 	args := append([]string{"install", release, chartDir, "--namespace", ns, "--wait", "--timeout", "3m",

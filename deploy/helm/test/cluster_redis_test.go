@@ -72,7 +72,7 @@ func (c *testCluster) redis(t *testing.T, ns string) string {
 // nothing over the limit, and changes of the limiters and of the admin
 // token roll the pods and take effect.
 func TestClusterRedis(t *testing.T) {
-	c := cluster(t)
+	c := kubeCluster(t)
 	ns := c.namespace(t, "rl-redis")
 	addr := c.redis(t, ns)
 	const release = "rl"

@@ -49,10 +49,10 @@ var (
 	clusterErr  error
 )
 
-// cluster returns the running cluster, loading the service's and Redis's
+// kubeCluster returns the running cluster, loading the service's and Redis's
 // images into its containerd on first use. Without one the test fails:
 // these tests never skip.
-func cluster(t *testing.T) *testCluster {
+func kubeCluster(t *testing.T) *testCluster {
 	t.Helper()
 	clusterOnce.Do(func() { clusterVal, clusterErr = openCluster(t.Context()) })
 	if clusterErr != nil {
