@@ -142,7 +142,8 @@ var settings = []setting{
 	{
 		name: "shutdown-delay", env: "RATELIMITER_SHUTDOWN_DELAY", def: "0s", arg: "duration", group: groupTimeouts,
 		usage: "On SIGTERM or SIGINT, time during which /readyz reports not ready while requests are still served, " +
-			"so that load balancers stop routing here before the listener closes. Kubernetes deployments set a few seconds.",
+			"each answer closing its connection, so that load balancers and clients move elsewhere before the listener closes. " +
+			"Kubernetes deployments set a few seconds.",
 		apply: duration(func(c *Config) *time.Duration { return &c.ShutdownDelay }, true),
 	},
 	{
