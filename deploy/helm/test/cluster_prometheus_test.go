@@ -12,19 +12,16 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/ratelimiter/ratelimiter/client"
-	"github.com/ratelimiter/ratelimiter/internal/redistest"
 )
 
 // promValues are the chart's values in TestClusterPrometheus: the Redis
@@ -69,7 +66,7 @@ metrics:
 // RatelimiterBackendDown for each pod (and, with requests sent straight to
 // the pods, RatelimiterDegradedDecisions), and Redis back resolves it.
 func TestClusterPrometheus(t *testing.T) {
-	c := cluster(t)
+	c := kubeCluster(t)
 	restConfig, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +77,7 @@ func TestClusterPrometheus(t *testing.T) {
 	var timings []string
 	timed := func(what string, d time.Duration) { timings = append(timings, fmt.Sprintf("%s %s", what, d)) }
 
-	redisAddr := startPromRedis(t, c, ns)
+	redisAddr := c.redis(t, ns)
 	dir := t.TempDir()
 	valuesFile := filepath.Join(dir, "values.yaml")
 	if err := os.WriteFile(valuesFile, fmt.Appendf(nil, promValues, redisAddr), 0o600); err != nil {
@@ -353,53 +350,6 @@ func TestClusterPrometheus(t *testing.T) {
 	}
 	t.Logf("%d targets, %d ratelimiter_decisions_total series, %d series in Prometheus's head; waits: %s",
 		len(targets), len(decisions), n, strings.Join(timings, ", "))
-}
-
-// startPromRedis runs a Redis Deployment and Service named redis in ns from
-// the local image, and returns its address by DNS name.
-func startPromRedis(t *testing.T, c *testCluster, ns string) string {
-	t.Helper()
-	lbls := map[string]string{"app": "redis"}
-	one := int32(1)
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "redis", Labels: lbls},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: lbls},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: lbls},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr(int64(1)),
-					Containers: []corev1.Container{{
-						Name:            "redis",
-						Image:           redistest.Image,
-						ImagePullPolicy: corev1.PullNever,
-						Args:            []string{"--bind", "0.0.0.0", "--protected-mode", "no", "--save", ""},
-						Ports:           []corev1.ContainerPort{{Name: "redis", ContainerPort: 6379}},
-						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("redis")}},
-							PeriodSeconds: 1,
-						},
-					}},
-				},
-			},
-		},
-	}
-	if _, err := c.kube.AppsV1().Deployments(ns).Create(t.Context(), dep, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create redis deployment: %v", err)
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "redis", Labels: lbls},
-		Spec: corev1.ServiceSpec{
-			Selector: lbls,
-			Ports:    []corev1.ServicePort{{Name: "redis", Port: 6379, TargetPort: intstr.FromString("redis")}},
-		},
-	}
-	if _, err := c.kube.CoreV1().Services(ns).Create(t.Context(), svc, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create redis service: %v", err)
-	}
-	c.waitReady(t, ns, lbls, 1, time.Minute)
-	return fmt.Sprintf("redis.%s.svc.cluster.local:6379", ns)
 }
 
 // scaleDeployment sets a Deployment's replicas through its scale

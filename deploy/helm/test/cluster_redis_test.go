@@ -33,17 +33,21 @@ func (c *testCluster) redis(t *testing.T, ns string) string {
 			Selector: &metav1.LabelSelector{MatchLabels: sel},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: sel},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name:            "redis",
-					Image:           redistest.Image,
-					ImagePullPolicy: corev1.PullNever,
-					Args:            []string{"--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--maxmemory-policy", "noeviction"},
-					Ports:           []corev1.ContainerPort{{ContainerPort: 6379}},
-					ReadinessProbe: &corev1.Probe{
-						ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(6379)}},
-						PeriodSeconds: 1,
-					},
-				}}},
+				Spec: corev1.PodSpec{
+					// Scaled to 0 to stand for an outage: no need to wait.
+					TerminationGracePeriodSeconds: ptr(int64(1)),
+					Containers: []corev1.Container{{
+						Name:            "redis",
+						Image:           redistest.Image,
+						ImagePullPolicy: corev1.PullNever,
+						Args:            []string{"--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--maxmemory-policy", "noeviction"},
+						Ports:           []corev1.ContainerPort{{Name: "redis", ContainerPort: 6379}},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("redis")}},
+							PeriodSeconds: 1,
+						},
+					}},
+				},
 			},
 		},
 	}
@@ -54,7 +58,7 @@ func (c *testCluster) redis(t *testing.T, ns string) string {
 		ObjectMeta: metav1.ObjectMeta{Name: "redis"},
 		Spec: corev1.ServiceSpec{
 			Selector: sel,
-			Ports:    []corev1.ServicePort{{Port: 6379, TargetPort: intstr.FromInt32(6379)}},
+			Ports:    []corev1.ServicePort{{Name: "redis", Port: 6379, TargetPort: intstr.FromString("redis")}},
 		},
 	}
 	if _, err := c.kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
