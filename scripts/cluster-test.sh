@@ -29,7 +29,7 @@ fingerprint() {
   ip route
   ip -6 route
   nft -s list ruleset
-  iptables-legacy-save 2>/dev/null | grep -v '^#' || true
+  iptables-legacy-save 2>/dev/null | grep -v '^#' | sed 's/ \[[0-9]*:[0-9]*\]$//' || true
   findmnt -rn -o TARGET
   for path in "${outside_dirs[@]}"; do [ -e "$path" ] && echo "exists: $path"; done
   pgrep -a -f "$dir" || true
