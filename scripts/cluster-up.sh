@@ -46,7 +46,7 @@ if [ -d "$dir" ]; then
   step "a partial cluster is left in $dir: stopping it first"
   ./scripts/cluster-down.sh
 fi
-if ip route show "$pod_cidr" | grep -q . || ip route show "$service_cidr" | grep -q . || ip link show "$bridge" >/dev/null 2>&1; then
+if [ -n "$(ip route show "$pod_cidr")$(ip route show "$service_cidr")" ] || ip link show "$bridge" >/dev/null 2>&1; then
   fail "a route for $pod_cidr or $service_cidr, or a link named $bridge, already exists: another network uses them (ip route; ip link)"
 fi
 
@@ -56,14 +56,15 @@ mkdir -p "$dir"/{pki,logs,pids,cni/net.d,containerd,kubelet,pod-logs,etcd}
 
 step "record what the kubelet and kube-proxy change on this machine"
 # sysctls: kubelet tunes these unless protectKernelDefaults, which would
-# instead refuse to start; record them before the first start only.
+# instead refuse to start. A cluster left behind was stopped above, which
+# restored them, so these are the machine's own values.
 for key in "${sysctls[@]}"; do
   value=$(sysctl -n "$key" 2>/dev/null) || continue
   printf '%s=%s\n' "$key" "$value"
 done >"$dir/sysctls"
 # The nftables tables (iptables' too, on this machine's iptables-nft): the
-# kubelet adds empty canary chains to iptables' tables, creating the
-# tables it needs.
+# kubelet adds chains to iptables' tables (KUBE-FIREWALL and empty
+# canaries), creating the tables it needs.
 nft list tables | sed 's/^table //' >"$dir/nft-tables"
 # Directories the kubelet creates outside its root directory.
 for path in "${outside_dirs[@]}"; do
