@@ -327,7 +327,7 @@ func kubernetesSDToFiles(t *testing.T, dir string, job map[string]any) {
 			metrics.Unregister()
 			logFile.Close()
 			if t.Failed() {
-				t.Logf("targets discovered, %s:\n%s\nlast lines of %s.log:\n%s", path, lastLines(path, 60), base, lastLines(base+".log", 20))
+				t.Logf("targets discovered, %s:\n%s\nlast lines of %s.log:\n%s", path, tail(path, 60), base, tail(base+".log", 20))
 			}
 		})
 	}

@@ -6,20 +6,16 @@
 package helmtest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -54,46 +50,24 @@ func startPrometheus(t *testing.T, dir string, config map[string]any) *promServe
 	if err := os.WriteFile(configPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))
-	logPath := filepath.Join(dir, "prometheus.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(prometheusBinary,
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	exited := startProcess(t, dir, "prometheus", prometheusBinary,
 		"--config.file="+configPath,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr,
 		"--log.level=info")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start prometheus: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("prometheus did not stop within 20s of SIGTERM")
-		}
-		logFile.Close()
 		if t.Failed() {
-			t.Logf("prometheus config:\n%s\nlast lines of %s:\n%s", b, logPath, lastLines(logPath, 40))
+			t.Logf("prometheus config:\n%s", b)
 		}
 	})
+	logPath := filepath.Join(dir, "prometheus.log")
 
 	p := &promServer{base: "http://" + addr, hc: &http.Client{Timeout: 10 * time.Second}}
 	waitFor(t, "prometheus ready", 30*time.Second, func() (bool, string) {
 		select {
 		case <-exited:
-			t.Fatalf("prometheus exited: %s\n%s", cmd.ProcessState, lastLines(logPath, 40))
+			t.Fatalf("prometheus exited:\n%s", tail(logPath, 40))
 		default:
 		}
 		resp, err := p.hc.Get(p.base + "/-/ready")
@@ -104,30 +78,6 @@ func startPrometheus(t *testing.T, dir string, config map[string]any) *promServe
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 	return p
-}
-
-// freeLoopbackPort returns a TCP port free on 127.0.0.1 a moment ago.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// lastLines returns the last n lines of a file.
-func lastLines(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }
 
 // api GETs path with query from Prometheus's HTTP API and decodes its data

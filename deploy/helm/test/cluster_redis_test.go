@@ -83,11 +83,17 @@ func TestClusterRedis(t *testing.T) {
 	const tenantLimit = 5
 	// A quarter of what this 2-core machine sends through the Service
 	// when nothing paces it (4,600 requests/s, which starves the pods).
-	const loadRate = 1200
+	const loadRate, loadWorkers = 1200, 8
 	c.helm(t, append([]string{"install", release, chartDir, "--namespace", ns, "--wait", "--timeout", "3m",
 		"--set", "replicaCount=3",
 		"--set", "backend.type=redis",
 		"--set", "backend.redis.addrs={" + addr + "}",
+		// One 2-core machine runs the whole cluster, the pods, Redis and
+		// the load: a decision can stall past the default 50ms there, and
+		// be answered by the failure mode (degraded), which this test would
+		// count as a failed request. What it measures is rollouts and pod
+		// loss, not latency.
+		"--set", "backend.redis.timeout=500ms",
 		"--set", "podDisruptionBudget.enabled=true",
 		"--set", "networkPolicy.enabled=true",
 		"--set", "networkPolicy.egress.enabled=true",
@@ -145,19 +151,28 @@ func TestClusterRedis(t *testing.T) {
 		}
 	})
 
-	// checkLoad reports a load's figures and fails on any failed request
-	// (beyond allowedFailures) or any tenant granted other than exactly its
-	// limit.
-	checkLoad := func(t *testing.T, what string, l *tenantLoad, took time.Duration, allowedFailures int) {
+	// underLoad runs change under a paced per-IP load until the release has
+	// 3 Ready pods again and a little after, reports the figures, and
+	// fails on more than maxFailed failed requests or on any tenant granted
+	// other than exactly its limit.
+	underLoad := func(t *testing.T, what string, maxFailed int, change func()) {
 		t.Helper()
+		l := newTenantLoad(t, base, loadWorkers, loadRate, 8)
+		var took time.Duration
+		l.during(t, 2*time.Second, func() {
+			start := time.Now()
+			change()
+			c.waitReady(t, ns, selector, 3, 2*time.Minute)
+			took = time.Since(start)
+		})
 		r := l.result(tenantLimit)
 		t.Logf("%s: took %s; load over %s from %d workers: %d requests (%.0f/s), %d allowed, %d failed, %d tenants over the limit, %d under",
 			what, took.Round(time.Millisecond), l.elapsed.Round(time.Millisecond), l.workers, r.requests, r.rate, r.allowed, r.failed, r.overAdmitted, r.underAdmitted)
 		for _, f := range l.failures {
 			t.Logf("failed: %s", f)
 		}
-		if r.failed > allowedFailures {
-			t.Errorf("%d failed requests, want at most %d", r.failed, allowedFailures)
+		if r.failed > maxFailed {
+			t.Errorf("%d failed requests, want at most %d", r.failed, maxFailed)
 		}
 		if r.overAdmitted != 0 || r.underAdmitted != 0 {
 			t.Errorf("%d tenants over the limit, %d under it", r.overAdmitted, r.underAdmitted)
@@ -166,53 +181,31 @@ func TestClusterRedis(t *testing.T) {
 			t.Errorf("only %d requests: the load did not cover the change", r.requests)
 		}
 	}
+	deletePod := func(t *testing.T, opts metav1.DeleteOptions) {
+		victim := c.readyPods(t, ns, selector)[0]
+		if err := c.kube.CoreV1().Pods(ns).Delete(t.Context(), victim.Name, opts); err != nil {
+			t.Fatalf("delete pod: %v", err)
+		}
+	}
 
 	t.Run("rollout under load", func(t *testing.T) {
-		l := newTenantLoad(t, base, 8, loadRate, 8)
-		var took time.Duration
-		l.during(t, 2*time.Second, func() {
-			start := time.Now()
+		underLoad(t, "rollout of 3 pods", 0, func() {
+			// helm returns when the new pods are ready; underLoad waits
+			// for the old ones to finish draining.
 			c.helm(t, "upgrade", release, chartDir, "--namespace", ns, "--reuse-values", "--wait", "--timeout", "3m",
 				"--set", "podAnnotations.rollout=one")
-			// helm returns when the new pods are ready; the old ones are
-			// still draining.
-			c.waitReady(t, ns, selector, 3, 2*time.Minute)
-			took = time.Since(start)
 		})
-		checkLoad(t, "rollout of 3 pods", l, took, 0)
 	})
-
 	t.Run("pod deleted under load", func(t *testing.T) {
-		l := newTenantLoad(t, base, 8, loadRate, 8)
-		var took time.Duration
-		l.during(t, 2*time.Second, func() {
-			start := time.Now()
-			victim := c.readyPods(t, ns, selector)[0]
-			if err := c.kube.CoreV1().Pods(ns).Delete(t.Context(), victim.Name, metav1.DeleteOptions{}); err != nil {
-				t.Fatalf("delete pod: %v", err)
-			}
-			c.waitReady(t, ns, selector, 3, 2*time.Minute)
-			took = time.Since(start)
-		})
-		checkLoad(t, "pod deleted, replaced", l, took, 0)
+		underLoad(t, "pod deleted, replaced", 0, func() { deletePod(t, metav1.DeleteOptions{}) })
 	})
-
 	t.Run("pod deleted without grace under load", func(t *testing.T) {
 		// Grace period 0: the pod object goes at once and the kubelet
 		// stops its container with the least grace it allows, so requests
 		// in flight on it may fail. Each worker has at most one.
-		l := newTenantLoad(t, base, 8, loadRate, 8)
-		var took time.Duration
-		l.during(t, 2*time.Second, func() {
-			start := time.Now()
-			victim := c.readyPods(t, ns, selector)[0]
-			if err := c.kube.CoreV1().Pods(ns).Delete(t.Context(), victim.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-				t.Fatalf("delete pod: %v", err)
-			}
-			c.waitReady(t, ns, selector, 3, 2*time.Minute)
-			took = time.Since(start)
+		underLoad(t, "pod deleted without grace, replaced", loadWorkers, func() {
+			deletePod(t, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		})
-		checkLoad(t, "pod deleted without grace, replaced", l, took, l.workers)
 	})
 
 	t.Run("limiter and admin token changes roll the pods", func(t *testing.T) {
