@@ -105,6 +105,7 @@ func TestClusterRedis(t *testing.T) {
 		"--set", "config.tenants.period=1h"}, c.imageValues()...)...)
 	selector := labels.Set{"app.kubernetes.io/instance": release, "app.kubernetes.io/name": "ratelimiter"}
 	c.waitReady(t, ns, selector, 3, time.Minute)
+	c.waitEndpoints(t, ns, release+"-ratelimiter", 3)
 	base := c.serviceURL(t, ns, release+"-ratelimiter")
 
 	t.Run("exactly the limit of 2000 concurrent acquisitions", func(t *testing.T) {

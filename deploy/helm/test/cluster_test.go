@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ratelimiter/ratelimiter/client"
 	"github.com/ratelimiter/ratelimiter/internal/redistest"
@@ -256,6 +258,57 @@ func (c *testCluster) waitReady(t *testing.T, ns string, selector labels.Set, n 
 			t.Fatalf("%d of %d pods Ready (%d in all) after %s", len(ready), n, len(all.Items), timeout)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitEndpoints waits until the Service lists n ready endpoints and
+// kube-proxy has written every endpoint change into its rules, so that
+// connections to the Service's address reach all n pods.
+func (c *testCluster) waitEndpoints(t *testing.T, ns, service string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "kube-proxy.yaml"))
+	if err != nil {
+		t.Fatalf("kube-proxy's configuration: %v", err)
+	}
+	var proxy struct {
+		MetricsBindAddress string `json:"metricsBindAddress"`
+	}
+	if err := yaml.Unmarshal(b, &proxy); err != nil || proxy.MetricsBindAddress == "" {
+		t.Fatalf("kube-proxy's metrics address in %s: %v", b, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		slices, err := c.kube.DiscoveryV1().EndpointSlices(ns).List(t.Context(),
+			metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + service})
+		if err != nil {
+			t.Fatalf("list endpoint slices: %v", err)
+		}
+		ready := 0
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					ready++
+				}
+			}
+		}
+		metrics, err := http.Get("http://" + proxy.MetricsBindAddress + "/metrics")
+		pending := "unknown"
+		if err == nil {
+			body, _ := io.ReadAll(metrics.Body)
+			metrics.Body.Close()
+			for line := range strings.Lines(string(body)) {
+				if v, ok := strings.CutPrefix(line, "kubeproxy_sync_proxy_rules_endpoint_changes_pending "); ok {
+					pending = strings.TrimSpace(v)
+				}
+			}
+		}
+		if ready == n && pending == "0" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service %s/%s: %d of %d endpoints ready, %s endpoint changes pending in kube-proxy after a minute", ns, service, ready, n, pending)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
