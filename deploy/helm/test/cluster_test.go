@@ -105,10 +105,14 @@ func openCluster(ctx context.Context) (*testCluster, error) {
 	if err := load.Start(); err != nil {
 		return nil, err
 	}
-	if err := save.Run(); err != nil {
-		return nil, fmt.Errorf("docker save: %w", exitOutput(err))
+	var saveOut bytes.Buffer
+	save.Stderr = &saveOut
+	saveErr := save.Run()
+	loadErr := load.Wait()
+	if saveErr != nil {
+		return nil, fmt.Errorf("docker save: %w: %s", saveErr, saveOut.String())
 	}
-	if err := load.Wait(); err != nil {
+	if err := loadErr; err != nil {
 		return nil, fmt.Errorf("ctr images import: %w: %s", err, loadOut.String())
 	}
 	return c, nil
