@@ -139,22 +139,51 @@ func checkResponse(t *testing.T, code string, r *openapi3.Response) {
 	}
 }
 
+// TestErrorResponsesAreProblems checks every shared response that some
+// operation answers with a 4xx or 5xx status: problem+json only, with
+// examples that are problems.
 func TestErrorResponsesAreProblems(t *testing.T) {
 	doc := load(t)
+	errorRefs := map[string]bool{}
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			for code, ref := range op.Responses.Map() {
+				if n, err := strconv.Atoi(code); err == nil && n >= 400 && ref.Ref != "" {
+					errorRefs[strings.TrimPrefix(ref.Ref, "#/components/responses/")] = true
+				}
+			}
+		}
+	}
 	for name, ref := range doc.Components.Responses {
+		if !errorRefs[name] {
+			continue
+		}
 		t.Run(name, func(t *testing.T) {
 			r := ref.Value
 			if len(r.Content) != 1 || r.Content.Get("application/problem+json") == nil {
 				t.Fatalf("content types %v, want application/problem+json only", slices.Collect(maps.Keys(r.Content)))
 			}
-			ex, ok := r.Content.Get("application/problem+json").Example.(map[string]any)
-			if !ok {
+			mt := r.Content.Get("application/problem+json")
+			examples := []any{mt.Example}
+			if mt.Example == nil {
+				examples = examples[:0]
+				for _, ex := range mt.Examples {
+					examples = append(examples, ex.Value.Value)
+				}
+			}
+			if len(examples) == 0 {
 				t.Fatal("no example problem")
 			}
-			if ex["status"] == nil || ex["title"] == nil || ex["type"] == nil {
-				t.Errorf("example %v lacks type, title or status", ex)
+			for _, e := range examples {
+				ex, ok := e.(map[string]any)
+				if !ok || ex["status"] == nil || ex["title"] == nil || ex["type"] == nil {
+					t.Errorf("example %v lacks type, title or status", e)
+				}
 			}
 		})
+	}
+	if len(errorRefs) == 0 {
+		t.Fatal("no operation answers an error with a shared response")
 	}
 }
 

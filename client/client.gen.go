@@ -153,6 +153,31 @@ type BatchResult struct {
 // Example: 100
 type Burst = int64
 
+// DecideItem One item of a decision.
+//
+// Example: {"limiter":"checkout-daily","permits":1}
+type DecideItem struct {
+	// Limiter The limiter's name: 1 to 128 ASCII letters, digits, `.`, `_` or
+	// `-`, starting with a letter or digit.
+	//
+	//
+	// Example: checkout-daily
+	Limiter string `json:"limiter"`
+
+	// Permits How many permits to take from it.
+	//
+	// Example: 1
+	Permits *int64 `json:"permits,omitempty"`
+}
+
+// DecideRequest The items of one decision, all or nothing.
+//
+// Example: {"items":[{"limiter":"checkout-burst","permits":1},{"limiter":"checkout-daily","permits":1}]}
+type DecideRequest struct {
+	// Items The items, answered in this order.
+	Items []DecideItem `json:"items"`
+}
+
 // Decision The answer to an acquisition.
 //
 // Example: {"allowed":true,"exceeds_capacity":false,"limit":9,"permits":5,"remaining":4,"reset_after_ms":33334}
@@ -222,6 +247,17 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
+// Group The limiter's group: the limiters that may be decided together in
+// one `POST /v1/decide` (1 to 128 ASCII letters, digits, `.`, `_` or
+// `-`, starting with a letter or digit). On the Redis backend a
+// group's limiters live together (on Redis Cluster, in one hash
+// slot, so on one master): group only the limiters that are decided
+// together. Absent: the limiter is in no group. A limiter keeps its
+// group until it is deleted.
+//
+// Example: checkout
+type Group = string
+
 // Health A probe's answer.
 //
 // Example: {"status":"ok"}
@@ -232,6 +268,50 @@ type Health struct {
 
 // HealthStatus Example: ok
 type HealthStatus string
+
+// ItemCheck What one item of a decision found. In a degraded verdict only `limiter`, `permits` and `fits` (false) are meaningful, and the numbers are 0.
+//
+// Example: {"exceeds_capacity":false,"fits":true,"limit":5,"limiter":"checkout-burst","permits":1,"remaining":4,"reset_after_ms":200}
+type ItemCheck struct {
+	// ExceedsCapacity Whether the permits asked of this limiter exceed what it can ever hold.
+	//
+	// Example: false
+	ExceedsCapacity bool `json:"exceeds_capacity"`
+
+	// Fits Whether the limiter could grant what is asked of it now (the
+	// sum over the items naming it). In a denial, the items that do
+	// not fit are the ones that denied.
+	//
+	//
+	// Example: true
+	Fits bool `json:"fits"`
+
+	// Limit The limiter's limit (0 in a degraded verdict).
+	//
+	// Example: 5
+	Limit int64 `json:"limit"`
+
+	// Limiter The limiter asked.
+	//
+	// Example: checkout-burst
+	Limiter string `json:"limiter"`
+
+	// Permits The number of permits the item asked for.
+	Permits Permits `json:"permits"`
+
+	// Remaining What the limiter could grant right after the verdict: after
+	// the permits were taken when they were, as it stands otherwise.
+	//
+	//
+	// Example: 4
+	Remaining int64 `json:"remaining"`
+
+	// ResetAfterMs How long until the limiter is full again if nobody takes permits meanwhile.
+	ResetAfterMs Milliseconds `json:"reset_after_ms"`
+
+	// RetryAfterMs When the item does not fit and waiting can help, how long until it fits.
+	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
+}
 
 // Limit Permits per period.
 //
@@ -257,6 +337,18 @@ type Limiter struct {
 	//
 	// Example: 100
 	Burst *Burst `json:"burst,omitempty"`
+
+	// Group The limiter's group: the limiters that may be decided together in
+	// one `POST /v1/decide` (1 to 128 ASCII letters, digits, `.`, `_` or
+	// `-`, starting with a letter or digit). On the Redis backend a
+	// group's limiters live together (on Redis Cluster, in one hash
+	// slot, so on one master): group only the limiters that are decided
+	// together. Absent: the limiter is in no group. A limiter keeps its
+	// group until it is deleted.
+	//
+	//
+	// Example: checkout
+	Group *Group `json:"group,omitempty"`
 
 	// Limit Permits per period.
 	//
@@ -302,6 +394,18 @@ type LimiterSpec struct {
 	//
 	// Example: 100
 	Burst *Burst `json:"burst,omitempty"`
+
+	// Group The limiter's group: the limiters that may be decided together in
+	// one `POST /v1/decide` (1 to 128 ASCII letters, digits, `.`, `_` or
+	// `-`, starting with a letter or digit). On the Redis backend a
+	// group's limiters live together (on Redis Cluster, in one hash
+	// slot, so on one master): group only the limiters that are decided
+	// together. Absent: the limiter is in no group. A limiter keeps its
+	// group until it is deleted.
+	//
+	//
+	// Example: checkout
+	Group *Group `json:"group,omitempty"`
 
 	// Limit Permits per period.
 	//
@@ -521,6 +625,40 @@ type TenantEntry struct {
 	Tenant Tenant `json:"tenant"`
 }
 
+// Verdict The answer to a decision of several items.
+//
+// Example: {"allowed":true,"exceeds_capacity":false,"items":[{"exceeds_capacity":false,"fits":true,"limit":5,"limiter":"checkout-burst","permits":1,"remaining":4,"reset_after_ms":200}]}
+type Verdict struct {
+	// Allowed Whether every item fits. For `POST /v1/decide`, all their
+	// permits were then taken; when false nothing was, unless the
+	// verdict is `degraded`. `POST /v1/peek` never takes anything.
+	//
+	//
+	// Example: true
+	Allowed bool `json:"allowed"`
+
+	// Degraded Present and true when the backend could not answer in time and
+	// the verdict follows the server's failure mode; the items then
+	// carry no state, and whether the backend took their permits is
+	// unknown.
+	//
+	//
+	// Example: true
+	Degraded *bool `json:"degraded,omitempty"`
+
+	// ExceedsCapacity Whether some item asks more than its limiter can ever hold; waiting will not help.
+	//
+	// Example: false
+	ExceedsCapacity bool `json:"exceeds_capacity"`
+
+	// Items One check per item, in the order asked.
+	Items []ItemCheck `json:"items"`
+
+	// RetryAfterMs When denied and not `exceeds_capacity`: how long until every
+	// item fits, assuming nobody else takes permits meanwhile.
+	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
+}
+
 // LimiterName defines model for LimiterName.
 type LimiterName = string
 
@@ -586,6 +724,11 @@ type UnsupportedMediaType = Problem
 // Example: {"permits":5}
 type Acquire = AcquireRequest
 
+// Decide The items of one decision, all or nothing.
+//
+// Example: {"items":[{"limiter":"checkout-burst","permits":1},{"limiter":"checkout-daily","permits":1}]}
+type Decide = DecideRequest
+
 // ListLimitersParams defines parameters for ListLimiters.
 type ListLimitersParams struct {
 	// PageSize The most limiters to return.
@@ -605,11 +748,17 @@ type ListLowestTenantsParams struct {
 // AcquireBatchJSONRequestBody defines body for AcquireBatch for application/json ContentType.
 type AcquireBatchJSONRequestBody = BatchAcquireRequest
 
+// DecideJSONRequestBody defines body for Decide for application/json ContentType.
+type DecideJSONRequestBody = DecideRequest
+
 // PutLimiterJSONRequestBody defines body for PutLimiter for application/json ContentType.
 type PutLimiterJSONRequestBody = LimiterSpec
 
 // AcquireJSONRequestBody defines body for Acquire for application/json ContentType.
 type AcquireJSONRequestBody = AcquireRequest
+
+// PeekJSONRequestBody defines body for Peek for application/json ContentType.
+type PeekJSONRequestBody = DecideRequest
 
 // AcquireTenantJSONRequestBody defines body for AcquireTenant for application/json ContentType.
 type AcquireTenantJSONRequestBody = AcquireRequest
@@ -765,6 +914,64 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/acquire (the `AcquireBatch` operationId).
 	AcquireBatch(ctx context.Context, body AcquireBatchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// DecideWithBody Take permits from several limiters at once, all or nothing
+	//
+	// Decides up to 32 items together: either every item's permits are
+	// taken, or none are. Use it to stack limits on one action, such as a
+	// burst limit and a daily quota, or a per-customer and a global limit.
+	// The answer has one check per item, in the order asked, and says
+	// which items denied (`fits: false`). `retry_after_ms` (and the
+	// `Retry-After` header) is when **every** item fits; an item that
+	// can never fit makes the whole decision `exceeds_capacity`.
+	//
+	// Items naming the same limiter are decided as one: they fit when the
+	// sum of their permits does, and each reports that limiter's state.
+	//
+	// The limiters of one decision must all be in one group (see the
+	// limiter's `group`), so that a shared backend can decide them in one
+	// atomic step: a decision naming limiters of different groups, or
+	// more than one limiter in no group, is refused with `400` and
+	// decides nothing. An unknown limiter is a `404`, and decides nothing
+	// either.
+	//
+	// A denial is a `200` answer with `"allowed": false`, not an error.
+	// The `RateLimit-Policy` and `RateLimit` headers list every limiter
+	// of the decision, in the order of the items.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/decide (the `Decide` operationId).
+	DecideWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Decide Take permits from several limiters at once, all or nothing
+	//
+	// Decides up to 32 items together: either every item's permits are
+	// taken, or none are. Use it to stack limits on one action, such as a
+	// burst limit and a daily quota, or a per-customer and a global limit.
+	// The answer has one check per item, in the order asked, and says
+	// which items denied (`fits: false`). `retry_after_ms` (and the
+	// `Retry-After` header) is when **every** item fits; an item that
+	// can never fit makes the whole decision `exceeds_capacity`.
+	//
+	// Items naming the same limiter are decided as one: they fit when the
+	// sum of their permits does, and each reports that limiter's state.
+	//
+	// The limiters of one decision must all be in one group (see the
+	// limiter's `group`), so that a shared backend can decide them in one
+	// atomic step: a decision naming limiters of different groups, or
+	// more than one limiter in no group, is refused with `400` and
+	// decides nothing. An unknown limiter is a `404`, and decides nothing
+	// either.
+	//
+	// A denial is a `200` answer with `"allowed": false`, not an error.
+	// The `RateLimit-Policy` and `RateLimit` headers list every limiter
+	// of the decision, in the order of the items.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/decide (the `Decide` operationId).
+	Decide(ctx context.Context, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListLimiters List limiters
 	//
 	// Lists limiters in name order, a page at a time. When more remain,
@@ -796,6 +1003,11 @@ type ClientInterface interface {
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
 	//
+	// `group` places the limiter with the others it is decided with
+	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
+	// with another group (or none, or one when it had none) is refused
+	// with 409 and changes nothing; delete it first.
+	//
 	// The server holds at most a configured number of limiters
 	// (`--max-limiters`, 100,000 by default): creating one more is
 	// refused with 409 until one is deleted; replacing one is always
@@ -813,6 +1025,11 @@ type ClientInterface interface {
 	// Creates the limiter, or replaces its policy. Replacing a limiter with
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
+	//
+	// `group` places the limiter with the others it is decided with
+	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
+	// with another group (or none, or one when it had none) is refused
+	// with 409 and changes nothing; delete it first.
 	//
 	// The server holds at most a configured number of limiters
 	// (`--max-limiters`, 100,000 by default): creating one more is
@@ -857,6 +1074,28 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/limiters/{name}/available (the `GetAvailable` operationId).
 	GetAvailable(ctx context.Context, name LimiterName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PeekWithBody Check several limiters at once without taking anything
+	//
+	// Answers what `POST /v1/decide` would answer for the same items now,
+	// and takes nothing: each item's `remaining` is what its limiter
+	// holds. Its refusals are those of `POST /v1/decide`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/peek (the `Peek` operationId).
+	PeekWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Peek Check several limiters at once without taking anything
+	//
+	// Answers what `POST /v1/decide` would answer for the same items now,
+	// and takes nothing: each item's `remaining` is what its limiter
+	// holds. Its refusals are those of `POST /v1/decide`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/peek (the `Peek` operationId).
+	Peek(ctx context.Context, body PeekJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLowestTenants List the tenants closest to their limit
 	//
@@ -1046,6 +1285,84 @@ func (c *Client) AcquireBatch(ctx context.Context, body AcquireBatchJSONRequestB
 	return c.Client.Do(req)
 }
 
+// DecideWithBody Take permits from several limiters at once, all or nothing
+//
+// Decides up to 32 items together: either every item's permits are
+// taken, or none are. Use it to stack limits on one action, such as a
+// burst limit and a daily quota, or a per-customer and a global limit.
+// The answer has one check per item, in the order asked, and says
+// which items denied (`fits: false`). `retry_after_ms` (and the
+// `Retry-After` header) is when **every** item fits; an item that
+// can never fit makes the whole decision `exceeds_capacity`.
+//
+// Items naming the same limiter are decided as one: they fit when the
+// sum of their permits does, and each reports that limiter's state.
+//
+// The limiters of one decision must all be in one group (see the
+// limiter's `group`), so that a shared backend can decide them in one
+// atomic step: a decision naming limiters of different groups, or
+// more than one limiter in no group, is refused with `400` and
+// decides nothing. An unknown limiter is a `404`, and decides nothing
+// either.
+//
+// A denial is a `200` answer with `"allowed": false`, not an error.
+// The `RateLimit-Policy` and `RateLimit` headers list every limiter
+// of the decision, in the order of the items.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/decide (the `Decide` operationId).
+func (c *Client) DecideWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDecideRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Decide Take permits from several limiters at once, all or nothing
+//
+// Decides up to 32 items together: either every item's permits are
+// taken, or none are. Use it to stack limits on one action, such as a
+// burst limit and a daily quota, or a per-customer and a global limit.
+// The answer has one check per item, in the order asked, and says
+// which items denied (`fits: false`). `retry_after_ms` (and the
+// `Retry-After` header) is when **every** item fits; an item that
+// can never fit makes the whole decision `exceeds_capacity`.
+//
+// Items naming the same limiter are decided as one: they fit when the
+// sum of their permits does, and each reports that limiter's state.
+//
+// The limiters of one decision must all be in one group (see the
+// limiter's `group`), so that a shared backend can decide them in one
+// atomic step: a decision naming limiters of different groups, or
+// more than one limiter in no group, is refused with `400` and
+// decides nothing. An unknown limiter is a `404`, and decides nothing
+// either.
+//
+// A denial is a `200` answer with `"allowed": false`, not an error.
+// The `RateLimit-Policy` and `RateLimit` headers list every limiter
+// of the decision, in the order of the items.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/decide (the `Decide` operationId).
+func (c *Client) Decide(ctx context.Context, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDecideRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListLimiters List limiters
 //
 // Lists limiters in name order, a page at a time. When more remain,
@@ -1107,6 +1424,11 @@ func (c *Client) GetLimiter(ctx context.Context, name LimiterName, reqEditors ..
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
 //
+// `group` places the limiter with the others it is decided with
+// (see `POST /v1/decide`). A limiter keeps its group: replacing it
+// with another group (or none, or one when it had none) is refused
+// with 409 and changes nothing; delete it first.
+//
 // The server holds at most a configured number of limiters
 // (`--max-limiters`, 100,000 by default): creating one more is
 // refused with 409 until one is deleted; replacing one is always
@@ -1134,6 +1456,11 @@ func (c *Client) PutLimiterWithBody(ctx context.Context, name LimiterName, conte
 // Creates the limiter, or replaces its policy. Replacing a limiter with
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
+//
+// `group` places the limiter with the others it is decided with
+// (see `POST /v1/decide`). A limiter keeps its group: replacing it
+// with another group (or none, or one when it had none) is refused
+// with 409 and changes nothing; delete it first.
 //
 // The server holds at most a configured number of limiters
 // (`--max-limiters`, 100,000 by default): creating one more is
@@ -1209,6 +1536,48 @@ func (c *Client) Acquire(ctx context.Context, name LimiterName, body AcquireJSON
 // Corresponds with GET /v1/limiters/{name}/available (the `GetAvailable` operationId).
 func (c *Client) GetAvailable(ctx context.Context, name LimiterName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetAvailableRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PeekWithBody Check several limiters at once without taking anything
+//
+// Answers what `POST /v1/decide` would answer for the same items now,
+// and takes nothing: each item's `remaining` is what its limiter
+// holds. Its refusals are those of `POST /v1/decide`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/peek (the `Peek` operationId).
+func (c *Client) PeekWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPeekRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Peek Check several limiters at once without taking anything
+//
+// Answers what `POST /v1/decide` would answer for the same items now,
+// and takes nothing: each item's `remaining` is what its limiter
+// holds. Its refusals are those of `POST /v1/decide`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/peek (the `Peek` operationId).
+func (c *Client) Peek(ctx context.Context, body PeekJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPeekRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1448,6 +1817,46 @@ func NewAcquireBatchRequestWithBody(server string, contentType string, body io.R
 	}
 
 	operationPath := fmt.Sprintf("/v1/acquire")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDecideRequest calls the generic Decide builder with application/json body
+func NewDecideRequest(server string, body DecideJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewDecideRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewDecideRequestWithBody constructs an http.Request for the Decide method, with any body, and a specified content type
+func NewDecideRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/decide")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -1725,6 +2134,46 @@ func NewGetAvailableRequest(server string, name LimiterName) (*http.Request, err
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewPeekRequest calls the generic Peek builder with application/json body
+func NewPeekRequest(server string, body PeekJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPeekRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewPeekRequestWithBody constructs an http.Request for the Peek method, with any body, and a specified content type
+func NewPeekRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/peek")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -2020,6 +2469,64 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/acquire (the `AcquireBatch` operationId).
 	AcquireBatchWithResponse(ctx context.Context, body AcquireBatchJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireBatchResponse, error)
 
+	// DecideWithBodyWithResponse Take permits from several limiters at once, all or nothing
+	//
+	// Decides up to 32 items together: either every item's permits are
+	// taken, or none are. Use it to stack limits on one action, such as a
+	// burst limit and a daily quota, or a per-customer and a global limit.
+	// The answer has one check per item, in the order asked, and says
+	// which items denied (`fits: false`). `retry_after_ms` (and the
+	// `Retry-After` header) is when **every** item fits; an item that
+	// can never fit makes the whole decision `exceeds_capacity`.
+	//
+	// Items naming the same limiter are decided as one: they fit when the
+	// sum of their permits does, and each reports that limiter's state.
+	//
+	// The limiters of one decision must all be in one group (see the
+	// limiter's `group`), so that a shared backend can decide them in one
+	// atomic step: a decision naming limiters of different groups, or
+	// more than one limiter in no group, is refused with `400` and
+	// decides nothing. An unknown limiter is a `404`, and decides nothing
+	// either.
+	//
+	// A denial is a `200` answer with `"allowed": false`, not an error.
+	// The `RateLimit-Policy` and `RateLimit` headers list every limiter
+	// of the decision, in the order of the items.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/decide (the `Decide` operationId).
+	DecideWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideResponse, error)
+
+	// DecideWithResponse Take permits from several limiters at once, all or nothing
+	//
+	// Decides up to 32 items together: either every item's permits are
+	// taken, or none are. Use it to stack limits on one action, such as a
+	// burst limit and a daily quota, or a per-customer and a global limit.
+	// The answer has one check per item, in the order asked, and says
+	// which items denied (`fits: false`). `retry_after_ms` (and the
+	// `Retry-After` header) is when **every** item fits; an item that
+	// can never fit makes the whole decision `exceeds_capacity`.
+	//
+	// Items naming the same limiter are decided as one: they fit when the
+	// sum of their permits does, and each reports that limiter's state.
+	//
+	// The limiters of one decision must all be in one group (see the
+	// limiter's `group`), so that a shared backend can decide them in one
+	// atomic step: a decision naming limiters of different groups, or
+	// more than one limiter in no group, is refused with `400` and
+	// decides nothing. An unknown limiter is a `404`, and decides nothing
+	// either.
+	//
+	// A denial is a `200` answer with `"allowed": false`, not an error.
+	// The `RateLimit-Policy` and `RateLimit` headers list every limiter
+	// of the decision, in the order of the items.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/decide (the `Decide` operationId).
+	DecideWithResponse(ctx context.Context, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideResponse, error)
+
 	// ListLimitersWithResponse List limiters
 	//
 	// Lists limiters in name order, a page at a time. When more remain,
@@ -2057,6 +2564,11 @@ type ClientWithResponsesInterface interface {
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
 	//
+	// `group` places the limiter with the others it is decided with
+	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
+	// with another group (or none, or one when it had none) is refused
+	// with 409 and changes nothing; delete it first.
+	//
 	// The server holds at most a configured number of limiters
 	// (`--max-limiters`, 100,000 by default): creating one more is
 	// refused with 409 until one is deleted; replacing one is always
@@ -2074,6 +2586,11 @@ type ClientWithResponsesInterface interface {
 	// Creates the limiter, or replaces its policy. Replacing a limiter with
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
+	//
+	// `group` places the limiter with the others it is decided with
+	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
+	// with another group (or none, or one when it had none) is refused
+	// with 409 and changes nothing; delete it first.
 	//
 	// The server holds at most a configured number of limiters
 	// (`--max-limiters`, 100,000 by default): creating one more is
@@ -2120,6 +2637,28 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/limiters/{name}/available (the `GetAvailable` operationId).
 	GetAvailableWithResponse(ctx context.Context, name LimiterName, reqEditors ...RequestEditorFn) (*GetAvailableResponse, error)
+
+	// PeekWithBodyWithResponse Check several limiters at once without taking anything
+	//
+	// Answers what `POST /v1/decide` would answer for the same items now,
+	// and takes nothing: each item's `remaining` is what its limiter
+	// holds. Its refusals are those of `POST /v1/decide`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/peek (the `Peek` operationId).
+	PeekWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PeekResponse, error)
+
+	// PeekWithResponse Check several limiters at once without taking anything
+	//
+	// Answers what `POST /v1/decide` would answer for the same items now,
+	// and takes nothing: each item's `remaining` is what its limiter
+	// holds. Its refusals are those of `POST /v1/decide`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/peek (the `Peek` operationId).
+	PeekWithResponse(ctx context.Context, body PeekJSONRequestBody, reqEditors ...RequestEditorFn) (*PeekResponse, error)
 
 	// ListLowestTenantsWithResponse List the tenants closest to their limit
 	//
@@ -2419,6 +2958,98 @@ func (r AcquireBatchResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AcquireBatchResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DecideResponse200Headers the declared response headers of an HTTP 200 response for Decide
+type DecideResponse200Headers struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      *int64
+}
+
+type DecideResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Verdict
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *DecideResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DecideResponse) GetJSON200() *Verdict {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DecideResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DecideResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r DecideResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r DecideResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DecideResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DecideResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DecideResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DecideResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DecideResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DecideResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2912,6 +3543,98 @@ func (r GetAvailableResponse) ContentType() string {
 	return ""
 }
 
+// PeekResponse200Headers the declared response headers of an HTTP 200 response for Peek
+type PeekResponse200Headers struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      *int64
+}
+
+type PeekResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Verdict
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PeekResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PeekResponse) GetJSON200() *Verdict {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PeekResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PeekResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PeekResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PeekResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PeekResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PeekResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PeekResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PeekResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PeekResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PeekResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListLowestTenantsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3298,6 +4021,76 @@ func (c *ClientWithResponses) AcquireBatchWithResponse(ctx context.Context, body
 	return ParseAcquireBatchResponse(rsp)
 }
 
+// DecideWithBodyWithResponse Take permits from several limiters at once, all or nothing
+//
+// Decides up to 32 items together: either every item's permits are
+// taken, or none are. Use it to stack limits on one action, such as a
+// burst limit and a daily quota, or a per-customer and a global limit.
+// The answer has one check per item, in the order asked, and says
+// which items denied (`fits: false`). `retry_after_ms` (and the
+// `Retry-After` header) is when **every** item fits; an item that
+// can never fit makes the whole decision `exceeds_capacity`.
+//
+// Items naming the same limiter are decided as one: they fit when the
+// sum of their permits does, and each reports that limiter's state.
+//
+// The limiters of one decision must all be in one group (see the
+// limiter's `group`), so that a shared backend can decide them in one
+// atomic step: a decision naming limiters of different groups, or
+// more than one limiter in no group, is refused with `400` and
+// decides nothing. An unknown limiter is a `404`, and decides nothing
+// either.
+//
+// A denial is a `200` answer with `"allowed": false`, not an error.
+// The `RateLimit-Policy` and `RateLimit` headers list every limiter
+// of the decision, in the order of the items.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/decide (the `Decide` operationId).
+func (c *ClientWithResponses) DecideWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideResponse, error) {
+	rsp, err := c.DecideWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDecideResponse(rsp)
+}
+
+// DecideWithResponse Take permits from several limiters at once, all or nothing
+//
+// Decides up to 32 items together: either every item's permits are
+// taken, or none are. Use it to stack limits on one action, such as a
+// burst limit and a daily quota, or a per-customer and a global limit.
+// The answer has one check per item, in the order asked, and says
+// which items denied (`fits: false`). `retry_after_ms` (and the
+// `Retry-After` header) is when **every** item fits; an item that
+// can never fit makes the whole decision `exceeds_capacity`.
+//
+// Items naming the same limiter are decided as one: they fit when the
+// sum of their permits does, and each reports that limiter's state.
+//
+// The limiters of one decision must all be in one group (see the
+// limiter's `group`), so that a shared backend can decide them in one
+// atomic step: a decision naming limiters of different groups, or
+// more than one limiter in no group, is refused with `400` and
+// decides nothing. An unknown limiter is a `404`, and decides nothing
+// either.
+//
+// A denial is a `200` answer with `"allowed": false`, not an error.
+// The `RateLimit-Policy` and `RateLimit` headers list every limiter
+// of the decision, in the order of the items.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/decide (the `Decide` operationId).
+func (c *ClientWithResponses) DecideWithResponse(ctx context.Context, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideResponse, error) {
+	rsp, err := c.Decide(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDecideResponse(rsp)
+}
+
 // ListLimitersWithResponse List limiters
 //
 // Lists limiters in name order, a page at a time. When more remain,
@@ -3353,6 +4146,11 @@ func (c *ClientWithResponses) GetLimiterWithResponse(ctx context.Context, name L
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
 //
+// `group` places the limiter with the others it is decided with
+// (see `POST /v1/decide`). A limiter keeps its group: replacing it
+// with another group (or none, or one when it had none) is refused
+// with 409 and changes nothing; delete it first.
+//
 // The server holds at most a configured number of limiters
 // (`--max-limiters`, 100,000 by default): creating one more is
 // refused with 409 until one is deleted; replacing one is always
@@ -3376,6 +4174,11 @@ func (c *ClientWithResponses) PutLimiterWithBodyWithResponse(ctx context.Context
 // Creates the limiter, or replaces its policy. Replacing a limiter with
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
+//
+// `group` places the limiter with the others it is decided with
+// (see `POST /v1/decide`). A limiter keeps its group: replacing it
+// with another group (or none, or one when it had none) is refused
+// with 409 and changes nothing; delete it first.
 //
 // The server holds at most a configured number of limiters
 // (`--max-limiters`, 100,000 by default): creating one more is
@@ -3445,6 +4248,40 @@ func (c *ClientWithResponses) GetAvailableWithResponse(ctx context.Context, name
 		return nil, err
 	}
 	return ParseGetAvailableResponse(rsp)
+}
+
+// PeekWithBodyWithResponse Check several limiters at once without taking anything
+//
+// Answers what `POST /v1/decide` would answer for the same items now,
+// and takes nothing: each item's `remaining` is what its limiter
+// holds. Its refusals are those of `POST /v1/decide`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/peek (the `Peek` operationId).
+func (c *ClientWithResponses) PeekWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PeekResponse, error) {
+	rsp, err := c.PeekWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePeekResponse(rsp)
+}
+
+// PeekWithResponse Check several limiters at once without taking anything
+//
+// Answers what `POST /v1/decide` would answer for the same items now,
+// and takes nothing: each item's `remaining` is what its limiter
+// holds. Its refusals are those of `POST /v1/decide`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/peek (the `Peek` operationId).
+func (c *ClientWithResponses) PeekWithResponse(ctx context.Context, body PeekJSONRequestBody, reqEditors ...RequestEditorFn) (*PeekResponse, error) {
+	rsp, err := c.Peek(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePeekResponse(rsp)
 }
 
 // ListLowestTenantsWithResponse List the tenants closest to their limit
@@ -3700,6 +4537,101 @@ func ParseAcquireBatchResponse(rsp *http.Response) (*AcquireBatchResponse, error
 		}
 		response.ApplicationProblemJSON503 = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseDecideResponse parses an HTTP response from a DecideWithResponse call
+func ParseDecideResponse(rsp *http.Response) (*DecideResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DecideResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Verdict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers DecideResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
@@ -4143,6 +5075,101 @@ func ParseGetAvailableResponse(rsp *http.Response) (*GetAvailableResponse, error
 				return nil, err
 			}
 			headers.RateLimitPolicy = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePeekResponse parses an HTTP response from a PeekWithResponse call
+func ParsePeekResponse(rsp *http.Response) (*PeekResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PeekResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Verdict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PeekResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
 	}

@@ -33,6 +33,9 @@ type ServerInterface interface {
 	// AcquireBatch Acquire permits from many limiters at once
 	// (POST /v1/acquire)
 	AcquireBatch(w http.ResponseWriter, r *http.Request)
+	// Decide Take permits from several limiters at once, all or nothing
+	// (POST /v1/decide)
+	Decide(w http.ResponseWriter, r *http.Request)
 	// ListLimiters List limiters
 	// (GET /v1/limiters)
 	ListLimiters(w http.ResponseWriter, r *http.Request, params ListLimitersParams)
@@ -51,6 +54,9 @@ type ServerInterface interface {
 	// GetAvailable Get available permits
 	// (GET /v1/limiters/{name}/available)
 	GetAvailable(w http.ResponseWriter, r *http.Request, name LimiterName)
+	// Peek Check several limiters at once without taking anything
+	// (POST /v1/peek)
+	Peek(w http.ResponseWriter, r *http.Request)
 	// ListLowestTenants List the tenants closest to their limit
 	// (GET /v1/tenants/lowest)
 	ListLowestTenants(w http.ResponseWriter, r *http.Request, params ListLowestTenantsParams)
@@ -99,6 +105,12 @@ func (_ Unimplemented) AcquireBatch(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// Decide Take permits from several limiters at once, all or nothing
+// (POST /v1/decide)
+func (_ Unimplemented) Decide(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ListLimiters List limiters
 // (GET /v1/limiters)
 func (_ Unimplemented) ListLimiters(w http.ResponseWriter, r *http.Request, params ListLimitersParams) {
@@ -132,6 +144,12 @@ func (_ Unimplemented) Acquire(w http.ResponseWriter, r *http.Request, name Limi
 // GetAvailable Get available permits
 // (GET /v1/limiters/{name}/available)
 func (_ Unimplemented) GetAvailable(w http.ResponseWriter, r *http.Request, name LimiterName) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// Peek Check several limiters at once without taking anything
+// (POST /v1/peek)
+func (_ Unimplemented) Peek(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -229,6 +247,20 @@ func (siw *ServerInterfaceWrapper) AcquireBatch(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.AcquireBatch(w, r)
+	}))
+
+	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
+		handler = siw.HandlerMiddlewares[i](handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Decide operation middleware
+func (siw *ServerInterfaceWrapper) Decide(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Decide(w, r)
 	}))
 
 	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
@@ -405,6 +437,20 @@ func (siw *ServerInterfaceWrapper) GetAvailable(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetAvailable(w, r, name)
+	}))
+
+	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
+		handler = siw.HandlerMiddlewares[i](handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Peek operation middleware
+func (siw *ServerInterfaceWrapper) Peek(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Peek(w, r)
 	}))
 
 	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
@@ -648,6 +694,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/v1/acquire", wrapper.AcquireBatch)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/decide", wrapper.Decide)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/peek", wrapper.Peek)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/tenants/{ip}/acquire", wrapper.AcquireTenant)
 	})
 	r.Group(func(r chi.Router) {
@@ -699,6 +751,17 @@ type UnauthorizedApplicationProblemPlusJSONResponse struct {
 type UnavailableApplicationProblemPlusJSONResponse Problem
 
 type UnsupportedMediaTypeApplicationProblemPlusJSONResponse Problem
+
+type VerdictResponseHeaders struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      *int64
+}
+type VerdictJSONResponse struct {
+	Body Verdict
+
+	Headers VerdictResponseHeaders
+}
 
 type GetLivenessRequestObject struct {
 }
@@ -897,6 +960,129 @@ type AcquireBatch503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response AcquireBatch503ApplicationProblemPlusJSONResponse) VisitAcquireBatchResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DecideRequestObject struct {
+	Body *DecideJSONRequestBody
+}
+
+type DecideResponseObject interface {
+	VisitDecideResponse(w http.ResponseWriter) error
+}
+
+type Decide200JSONResponse struct{ VerdictJSONResponse }
+
+func (response Decide200JSONResponse) VisitDecideResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("RateLimit", fmt.Sprint(response.Headers.RateLimit))
+	w.Header().Set("RateLimit-Policy", fmt.Sprint(response.Headers.RateLimitPolicy))
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Decide400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Decide400ApplicationProblemPlusJSONResponse) VisitDecideResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Decide404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response Decide404ApplicationProblemPlusJSONResponse) VisitDecideResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Decide413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response Decide413ApplicationProblemPlusJSONResponse) VisitDecideResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Decide415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response Decide415ApplicationProblemPlusJSONResponse) VisitDecideResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Decide500ApplicationProblemPlusJSONResponse struct {
+	InternalErrorApplicationProblemPlusJSONResponse
+}
+
+func (response Decide500ApplicationProblemPlusJSONResponse) VisitDecideResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Decide503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Decide503ApplicationProblemPlusJSONResponse) VisitDecideResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -1548,6 +1734,129 @@ func (response GetAvailable503ApplicationProblemPlusJSONResponse) VisitGetAvaila
 	return err
 }
 
+type PeekRequestObject struct {
+	Body *PeekJSONRequestBody
+}
+
+type PeekResponseObject interface {
+	VisitPeekResponse(w http.ResponseWriter) error
+}
+
+type Peek200JSONResponse struct{ VerdictJSONResponse }
+
+func (response Peek200JSONResponse) VisitPeekResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("RateLimit", fmt.Sprint(response.Headers.RateLimit))
+	w.Header().Set("RateLimit-Policy", fmt.Sprint(response.Headers.RateLimitPolicy))
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Peek400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Peek400ApplicationProblemPlusJSONResponse) VisitPeekResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Peek404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response Peek404ApplicationProblemPlusJSONResponse) VisitPeekResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Peek413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response Peek413ApplicationProblemPlusJSONResponse) VisitPeekResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Peek415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response Peek415ApplicationProblemPlusJSONResponse) VisitPeekResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Peek500ApplicationProblemPlusJSONResponse struct {
+	InternalErrorApplicationProblemPlusJSONResponse
+}
+
+func (response Peek500ApplicationProblemPlusJSONResponse) VisitPeekResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Peek503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Peek503ApplicationProblemPlusJSONResponse) VisitPeekResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListLowestTenantsRequestObject struct {
 	Params ListLowestTenantsParams
 }
@@ -1869,6 +2178,9 @@ type StrictServerInterface interface {
 	// AcquireBatch Acquire permits from many limiters at once
 	// (POST /v1/acquire)
 	AcquireBatch(ctx context.Context, request AcquireBatchRequestObject) (AcquireBatchResponseObject, error)
+	// Decide Take permits from several limiters at once, all or nothing
+	// (POST /v1/decide)
+	Decide(ctx context.Context, request DecideRequestObject) (DecideResponseObject, error)
 	// ListLimiters List limiters
 	// (GET /v1/limiters)
 	ListLimiters(ctx context.Context, request ListLimitersRequestObject) (ListLimitersResponseObject, error)
@@ -1887,6 +2199,9 @@ type StrictServerInterface interface {
 	// GetAvailable Get available permits
 	// (GET /v1/limiters/{name}/available)
 	GetAvailable(ctx context.Context, request GetAvailableRequestObject) (GetAvailableResponseObject, error)
+	// Peek Check several limiters at once without taking anything
+	// (POST /v1/peek)
+	Peek(ctx context.Context, request PeekRequestObject) (PeekResponseObject, error)
 	// ListLowestTenants List the tenants closest to their limit
 	// (GET /v1/tenants/lowest)
 	ListLowestTenants(ctx context.Context, request ListLowestTenantsRequestObject) (ListLowestTenantsResponseObject, error)
@@ -2067,6 +2382,37 @@ func (sh *strictHandler) AcquireBatch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// Decide operation middleware
+func (sh *strictHandler) Decide(w http.ResponseWriter, r *http.Request) {
+	var request DecideRequestObject
+
+	var body DecideJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Decide(ctx, request.(DecideRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Decide")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DecideResponseObject); ok {
+		if err := validResponse.VisitDecideResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListLimiters operation middleware
 func (sh *strictHandler) ListLimiters(w http.ResponseWriter, r *http.Request, params ListLimitersParams) {
 	var request ListLimitersRequestObject
@@ -2233,6 +2579,37 @@ func (sh *strictHandler) GetAvailable(w http.ResponseWriter, r *http.Request, na
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetAvailableResponseObject); ok {
 		if err := validResponse.VisitGetAvailableResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Peek operation middleware
+func (sh *strictHandler) Peek(w http.ResponseWriter, r *http.Request) {
+	var request PeekRequestObject
+
+	var body PeekJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Peek(ctx, request.(PeekRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Peek")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PeekResponseObject); ok {
+		if err := validResponse.VisitPeekResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -138,6 +138,31 @@ type BatchResult struct {
 // Example: 100
 type Burst = int64
 
+// DecideItem One item of a decision.
+//
+// Example: {"limiter":"checkout-daily","permits":1}
+type DecideItem struct {
+	// Limiter The limiter's name: 1 to 128 ASCII letters, digits, `.`, `_` or
+	// `-`, starting with a letter or digit.
+	//
+	//
+	// Example: checkout-daily
+	Limiter string `json:"limiter"`
+
+	// Permits How many permits to take from it.
+	//
+	// Example: 1
+	Permits *int64 `json:"permits,omitempty"`
+}
+
+// DecideRequest The items of one decision, all or nothing.
+//
+// Example: {"items":[{"limiter":"checkout-burst","permits":1},{"limiter":"checkout-daily","permits":1}]}
+type DecideRequest struct {
+	// Items The items, answered in this order.
+	Items []DecideItem `json:"items"`
+}
+
 // Decision The answer to an acquisition.
 //
 // Example: {"allowed":true,"exceeds_capacity":false,"limit":9,"permits":5,"remaining":4,"reset_after_ms":33334}
@@ -207,6 +232,17 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
+// Group The limiter's group: the limiters that may be decided together in
+// one `POST /v1/decide` (1 to 128 ASCII letters, digits, `.`, `_` or
+// `-`, starting with a letter or digit). On the Redis backend a
+// group's limiters live together (on Redis Cluster, in one hash
+// slot, so on one master): group only the limiters that are decided
+// together. Absent: the limiter is in no group. A limiter keeps its
+// group until it is deleted.
+//
+// Example: checkout
+type Group = string
+
 // Health A probe's answer.
 //
 // Example: {"status":"ok"}
@@ -217,6 +253,50 @@ type Health struct {
 
 // HealthStatus Example: ok
 type HealthStatus string
+
+// ItemCheck What one item of a decision found. In a degraded verdict only `limiter`, `permits` and `fits` (false) are meaningful, and the numbers are 0.
+//
+// Example: {"exceeds_capacity":false,"fits":true,"limit":5,"limiter":"checkout-burst","permits":1,"remaining":4,"reset_after_ms":200}
+type ItemCheck struct {
+	// ExceedsCapacity Whether the permits asked of this limiter exceed what it can ever hold.
+	//
+	// Example: false
+	ExceedsCapacity bool `json:"exceeds_capacity"`
+
+	// Fits Whether the limiter could grant what is asked of it now (the
+	// sum over the items naming it). In a denial, the items that do
+	// not fit are the ones that denied.
+	//
+	//
+	// Example: true
+	Fits bool `json:"fits"`
+
+	// Limit The limiter's limit (0 in a degraded verdict).
+	//
+	// Example: 5
+	Limit int64 `json:"limit"`
+
+	// Limiter The limiter asked.
+	//
+	// Example: checkout-burst
+	Limiter string `json:"limiter"`
+
+	// Permits The number of permits the item asked for.
+	Permits Permits `json:"permits"`
+
+	// Remaining What the limiter could grant right after the verdict: after
+	// the permits were taken when they were, as it stands otherwise.
+	//
+	//
+	// Example: 4
+	Remaining int64 `json:"remaining"`
+
+	// ResetAfterMs How long until the limiter is full again if nobody takes permits meanwhile.
+	ResetAfterMs Milliseconds `json:"reset_after_ms"`
+
+	// RetryAfterMs When the item does not fit and waiting can help, how long until it fits.
+	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
+}
 
 // Limit Permits per period.
 //
@@ -242,6 +322,18 @@ type Limiter struct {
 	//
 	// Example: 100
 	Burst *Burst `json:"burst,omitempty"`
+
+	// Group The limiter's group: the limiters that may be decided together in
+	// one `POST /v1/decide` (1 to 128 ASCII letters, digits, `.`, `_` or
+	// `-`, starting with a letter or digit). On the Redis backend a
+	// group's limiters live together (on Redis Cluster, in one hash
+	// slot, so on one master): group only the limiters that are decided
+	// together. Absent: the limiter is in no group. A limiter keeps its
+	// group until it is deleted.
+	//
+	//
+	// Example: checkout
+	Group *Group `json:"group,omitempty"`
 
 	// Limit Permits per period.
 	//
@@ -287,6 +379,18 @@ type LimiterSpec struct {
 	//
 	// Example: 100
 	Burst *Burst `json:"burst,omitempty"`
+
+	// Group The limiter's group: the limiters that may be decided together in
+	// one `POST /v1/decide` (1 to 128 ASCII letters, digits, `.`, `_` or
+	// `-`, starting with a letter or digit). On the Redis backend a
+	// group's limiters live together (on Redis Cluster, in one hash
+	// slot, so on one master): group only the limiters that are decided
+	// together. Absent: the limiter is in no group. A limiter keeps its
+	// group until it is deleted.
+	//
+	//
+	// Example: checkout
+	Group *Group `json:"group,omitempty"`
 
 	// Limit Permits per period.
 	//
@@ -506,6 +610,40 @@ type TenantEntry struct {
 	Tenant Tenant `json:"tenant"`
 }
 
+// Verdict The answer to a decision of several items.
+//
+// Example: {"allowed":true,"exceeds_capacity":false,"items":[{"exceeds_capacity":false,"fits":true,"limit":5,"limiter":"checkout-burst","permits":1,"remaining":4,"reset_after_ms":200}]}
+type Verdict struct {
+	// Allowed Whether every item fits. For `POST /v1/decide`, all their
+	// permits were then taken; when false nothing was, unless the
+	// verdict is `degraded`. `POST /v1/peek` never takes anything.
+	//
+	//
+	// Example: true
+	Allowed bool `json:"allowed"`
+
+	// Degraded Present and true when the backend could not answer in time and
+	// the verdict follows the server's failure mode; the items then
+	// carry no state, and whether the backend took their permits is
+	// unknown.
+	//
+	//
+	// Example: true
+	Degraded *bool `json:"degraded,omitempty"`
+
+	// ExceedsCapacity Whether some item asks more than its limiter can ever hold; waiting will not help.
+	//
+	// Example: false
+	ExceedsCapacity bool `json:"exceeds_capacity"`
+
+	// Items One check per item, in the order asked.
+	Items []ItemCheck `json:"items"`
+
+	// RetryAfterMs When denied and not `exceeds_capacity`: how long until every
+	// item fits, assuming nobody else takes permits meanwhile.
+	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
+}
+
 // LimiterName defines model for LimiterName.
 type LimiterName = string
 
@@ -571,6 +709,11 @@ type UnsupportedMediaType = Problem
 // Example: {"permits":5}
 type Acquire = AcquireRequest
 
+// Decide The items of one decision, all or nothing.
+//
+// Example: {"items":[{"limiter":"checkout-burst","permits":1},{"limiter":"checkout-daily","permits":1}]}
+type Decide = DecideRequest
+
 // ListLimitersParams defines parameters for ListLimiters.
 type ListLimitersParams struct {
 	// PageSize The most limiters to return.
@@ -590,11 +733,17 @@ type ListLowestTenantsParams struct {
 // AcquireBatchJSONRequestBody defines body for AcquireBatch for application/json ContentType.
 type AcquireBatchJSONRequestBody = BatchAcquireRequest
 
+// DecideJSONRequestBody defines body for Decide for application/json ContentType.
+type DecideJSONRequestBody = DecideRequest
+
 // PutLimiterJSONRequestBody defines body for PutLimiter for application/json ContentType.
 type PutLimiterJSONRequestBody = LimiterSpec
 
 // AcquireJSONRequestBody defines body for Acquire for application/json ContentType.
 type AcquireJSONRequestBody = AcquireRequest
+
+// PeekJSONRequestBody defines body for Peek for application/json ContentType.
+type PeekJSONRequestBody = DecideRequest
 
 // AcquireTenantJSONRequestBody defines body for AcquireTenant for application/json ContentType.
 type AcquireTenantJSONRequestBody = AcquireRequest

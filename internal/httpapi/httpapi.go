@@ -56,6 +56,9 @@ type Limiters interface {
 	// limiter.Service.AcquireBatch.
 	AcquireBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) error
 	Available(ctx context.Context, name string) (limiter.Availability, error)
+	// Decide decides items together, all or nothing; see
+	// limiter.Service.Decide.
+	Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode) (limiter.Verdict, error)
 }
 
 // Tenants is the per-IP limiter the API serves. It is safe for concurrent

@@ -29,6 +29,9 @@ func (s *server) PutLimiter(ctx context.Context, req gen.PutLimiterRequestObject
 	if spec.Burst != nil {
 		def.Policy.Burst = *spec.Burst
 	}
+	if spec.Group != nil {
+		def.Group = *spec.Group
+	}
 	created, err := s.limiters.Put(ctx, def)
 	s.policies.forget(req.Name)
 	if err != nil {
@@ -141,7 +144,12 @@ func permitsOf(body *gen.AcquireRequest) int64 {
 
 func limiterOf(def limiter.Definition) gen.Limiter {
 	p := policyOf(def.Policy)
-	return gen.Limiter{Name: def.Name, Limit: p.Limit, Period: p.Period, Algorithm: p.Algorithm, Burst: p.Burst}
+	l := gen.Limiter{Name: def.Name, Limit: p.Limit, Period: p.Period, Algorithm: p.Algorithm, Burst: p.Burst}
+	if def.Group != "" {
+		g := def.Group
+		l.Group = &g
+	}
+	return l
 }
 
 // policyOf is the JSON of a policy, with its defaults filled in.

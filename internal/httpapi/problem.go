@@ -92,8 +92,8 @@ func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, p *problem
 
 // problemFor maps an error returned by a handler to the problem answered.
 // It is the one place where domain errors become HTTP statuses: invalid
-// input is a 400, an unknown limiter a 404, a limiter beyond the maximum a
-// 409, an unavailable backend or an expired request a 503, and anything
+// input is a 400, an unknown limiter a 404, a limiter beyond the maximum
+// or moved to another group a 409, an unavailable backend or an expired request a 503, and anything
 // else a 500 whose cause is logged, never sent.
 func (s *server) problemFor(r *http.Request, err error) *problem {
 	var p *problem
@@ -108,6 +108,11 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 		// which would blame the server for a bound set on purpose.
 		return &problem{status: http.StatusConflict, detail: fmt.Sprintf("Limiter %q was not created: the service holds its maximum number of limiters. "+
 			"Delete one first; replacing an existing limiter is always allowed.", pathParam(r, "name"))}
+	case errors.Is(err, limiter.ErrGroupConflict):
+		return &problem{status: http.StatusConflict, detail: fmt.Sprintf("Limiter %q was not changed: %s.", pathParam(r, "name"),
+			strings.TrimPrefix(reason(err, limiter.ErrGroupConflict), limiter.ErrGroupConflict.Error()+": "))}
+	case errors.Is(err, limiter.ErrInvalidGroup):
+		return rejected("body.group", reason(err, limiter.ErrInvalidGroup))
 	case errors.Is(err, limiter.ErrInvalidName):
 		return rejected("path.name", reason(err, limiter.ErrInvalidName))
 	case errors.Is(err, limiter.ErrInvalidPermits):

@@ -92,6 +92,9 @@ func (s *Service) Put(ctx context.Context, def Definition) (created bool, err er
 	if err := def.Policy.Validate(); err != nil {
 		return false, fmt.Errorf("limiter: put %q: %w", def.Name, err)
 	}
+	if err := CheckGroup(def.Group); err != nil {
+		return false, fmt.Errorf("limiter: put %q: %w", def.Name, err)
+	}
 	def.Policy = def.Policy.Normalize()
 	sctx, cancel := s.bound(ctx)
 	created, err = s.store.Put(sctx, def)

@@ -3,6 +3,7 @@ package limiter
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,7 @@ type Limiter struct {
 	gcra   bool
 	rate   Rate   // GCRA
 	window Window // SlidingLog
+	id     uint64 // orders locks in DecideAll
 
 	mu  sync.Mutex
 	tat TAT // GCRA
@@ -25,7 +27,7 @@ func New(p Policy) (*Limiter, error) {
 		return nil, err
 	}
 	p = p.Normalize()
-	l := &Limiter{policy: p}
+	l := &Limiter{policy: p, id: lastID.Add(1)}
 	if p.Algorithm == GCRA {
 		l.gcra = true
 		l.rate = NewRate(p)
@@ -34,6 +36,9 @@ func New(p Policy) (*Limiter, error) {
 	}
 	return l, nil
 }
+
+// lastID numbers limiters as they are made.
+var lastID atomic.Uint64
 
 // Policy returns the limiter's policy with its defaults filled in.
 func (l *Limiter) Policy() Policy { return l.policy }

@@ -86,8 +86,21 @@ func (l *Log) resetAfter(w Window, now int64) time.Duration {
 // forgetting grants that have left the window. n must be at least 1.
 func (l *Log) Acquire(w Window, now int64, n int64) Decision {
 	now = clampNow(now)
+	d := l.fit(w, now, n)
+	if d.Allowed {
+		l.append(w, now, n)
+		d.Remaining -= n
+		d.ResetAfter = l.resetAfter(w, now)
+	}
+	return d
+}
+
+// fit is Acquire at a clamped now without recording anything: Allowed says
+// whether n permits fit, and Remaining and ResetAfter are the log's as it
+// is. It forgets grants that have left the window.
+func (l *Log) fit(w Window, now int64, n int64) Decision {
 	l.expire(w, now)
-	d := Decision{Permits: n, Limit: w.limit}
+	d := Decision{Permits: n, Limit: w.limit, Remaining: w.limit - l.used, ResetAfter: l.resetAfter(w, now)}
 	switch {
 	case n > w.limit:
 		d.ExceedsCapacity = true
@@ -95,10 +108,7 @@ func (l *Log) Acquire(w Window, now int64, n int64) Decision {
 		d.RetryAfter = l.retryAfter(w, now, n)
 	default:
 		d.Allowed = true
-		l.append(w, now, n)
 	}
-	d.Remaining = w.limit - l.used
-	d.ResetAfter = l.resetAfter(w, now)
 	return d
 }
 

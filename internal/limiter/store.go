@@ -10,6 +10,13 @@ type Definition struct {
 	// Name identifies the limiter; see CheckName.
 	Name   string
 	Policy Policy
+	// Group names the limiters that may be decided together (see
+	// Service.Decide), by the rule of CheckName; empty means none. A
+	// shared store keeps a group's limiters together (on Redis Cluster,
+	// in one hash slot), so a group is also a unit of placement: group
+	// only limiters that are decided together. A limiter's group is fixed
+	// when it is created (see ErrGroupConflict).
+	Group string
 }
 
 // Store keeps named limiters and decides acquisitions against them. Each
@@ -23,6 +30,8 @@ type Store interface {
 	// state; a different policy starts it full. Creating one beyond the
 	// store's maximum number of limiters fails with an error wrapping
 	// ErrTooManyLimiters and creates nothing; replacing one never does.
+	// Replacing one with a different Group fails with an error wrapping
+	// ErrGroupConflict and changes nothing.
 	Put(ctx context.Context, def Definition) (created bool, err error)
 	// Get returns the limiter's definition, with defaults filled in.
 	Get(ctx context.Context, name string) (Definition, error)
@@ -35,6 +44,11 @@ type Store interface {
 	Acquire(ctx context.Context, name string, permits int64) (Decision, error)
 	// Available reports what the limiter could grant now.
 	Available(ctx context.Context, name string) (Availability, error)
+	// Decide decides valid items (CheckItems) together, all or nothing,
+	// at one instant, as Service.Decide describes: it refuses limiters
+	// of different groups (CheckGroups) and unknown ones (*MissingError),
+	// changing nothing.
+	Decide(ctx context.Context, items []Item, mode Mode) (Verdict, error)
 }
 
 // MaxNameLen is the longest limiter name.

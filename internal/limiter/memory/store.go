@@ -25,9 +25,15 @@ type Store struct {
 	max   int
 
 	mu    sync.RWMutex
-	byKey map[string]*limiter.Limiter
+	byKey map[string]entry
 	names btree.Set[string] // the keys of byKey, in order, for List
 	peak  int               // most entries byKey held since it was made; see shrink
+}
+
+// entry is one limiter and its group.
+type entry struct {
+	l     *limiter.Limiter
+	group string
 }
 
 // New returns an empty Store that decides at the instants clock tells
@@ -41,12 +47,13 @@ func New(clock *limiter.Clock, maxLimiters int) *Store {
 	if maxLimiters <= 0 {
 		maxLimiters = limiter.DefaultMaxLimiters
 	}
-	return &Store{clock: clock, max: maxLimiters, byKey: make(map[string]*limiter.Limiter)}
+	return &Store{clock: clock, max: maxLimiters, byKey: make(map[string]entry)}
 }
 
 // Put creates or replaces a limiter. An identical policy keeps the state.
 // Creating one more than the store's maximum fails with an error wrapping
-// limiter.ErrTooManyLimiters; replacing one never does.
+// limiter.ErrTooManyLimiters; replacing one never does. Replacing one with
+// another group fails with an error wrapping limiter.ErrGroupConflict.
 func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 	l, err := limiter.New(def.Policy)
 	if err != nil {
@@ -56,15 +63,18 @@ func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 	defer s.mu.Unlock()
 	old, ok := s.byKey[def.Name]
 	if ok {
-		if old.Policy() != l.Policy() {
-			s.byKey[def.Name] = l
+		if old.group != def.Group {
+			return false, limiter.GroupConflict(old.group, def.Group)
+		}
+		if old.l.Policy() != l.Policy() {
+			s.byKey[def.Name] = entry{l, def.Group}
 		}
 		return false, nil
 	}
 	if len(s.byKey) >= s.max {
 		return false, fmt.Errorf("%w: the maximum is %d", limiter.ErrTooManyLimiters, s.max)
 	}
-	s.byKey[def.Name] = l
+	s.byKey[def.Name] = entry{l, def.Group}
 	s.peak = max(s.peak, len(s.byKey))
 	s.names.Insert(def.Name)
 	return true, nil
@@ -72,11 +82,11 @@ func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 
 // Get returns a limiter's definition.
 func (s *Store) Get(_ context.Context, name string) (limiter.Definition, error) {
-	l, err := s.lookup(name)
+	e, err := s.lookup(name)
 	if err != nil {
 		return limiter.Definition{}, err
 	}
-	return limiter.Definition{Name: name, Policy: l.Policy()}, nil
+	return limiter.Definition{Name: name, Policy: e.l.Policy(), Group: e.group}, nil
 }
 
 // List returns up to max definitions after `after`, in name order; none
@@ -92,7 +102,8 @@ func (s *Store) List(_ context.Context, after string, max int) ([]limiter.Defini
 		if name == after { // Ascend starts at after itself
 			return true
 		}
-		defs = append(defs, limiter.Definition{Name: name, Policy: s.byKey[name].Policy()})
+		e := s.byKey[name]
+		defs = append(defs, limiter.Definition{Name: name, Policy: e.l.Policy(), Group: e.group})
 		return len(defs) < max
 	})
 	return defs, nil
@@ -123,7 +134,7 @@ func (s *Store) shrink() {
 	if s.peak < minPeak || n > s.peak/4 {
 		return
 	}
-	m := make(map[string]*limiter.Limiter, n)
+	m := make(map[string]entry, n)
 	for k, v := range s.byKey {
 		m[k] = v
 	}
@@ -132,11 +143,11 @@ func (s *Store) shrink() {
 
 // Acquire takes permits from a limiter, all or nothing.
 func (s *Store) Acquire(_ context.Context, name string, permits int64) (limiter.Decision, error) {
-	l, err := s.lookup(name)
+	e, err := s.lookup(name)
 	if err != nil {
 		return limiter.Decision{}, err
 	}
-	return l.Acquire(s.clock.Now(), permits)
+	return e.l.Acquire(s.clock.Now(), permits)
 }
 
 // AcquireBatch decides each reqs[i] into out[i] as Acquire would, all at
@@ -154,7 +165,9 @@ func (s *Store) AcquireBatch(_ context.Context, reqs []limiter.Request, out []li
 		// Batches often repeat a limiter: look each run of one up once.
 		if i == 0 || r.Name != name {
 			name = r.Name
-			l, err = s.lookup(name)
+			var e entry
+			e, err = s.lookup(name)
+			l = e.l
 		}
 		if err != nil {
 			out[i] = limiter.Result{Err: err}
@@ -166,19 +179,48 @@ func (s *Store) AcquireBatch(_ context.Context, reqs []limiter.Request, out []li
 
 // Available reports what a limiter could grant now.
 func (s *Store) Available(_ context.Context, name string) (limiter.Availability, error) {
-	l, err := s.lookup(name)
+	e, err := s.lookup(name)
 	if err != nil {
 		return limiter.Availability{}, err
 	}
-	return l.Available(s.clock.Now()), nil
+	return e.l.Available(s.clock.Now()), nil
 }
 
-func (s *Store) lookup(name string) (*limiter.Limiter, error) {
+// Decide decides items together, all or nothing, at one reading of the
+// clock (see limiter.DecideAll): no lock but those of the limiters named is
+// taken while they are decided.
+func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mode) (limiter.Verdict, error) {
+	names, totals, index := limiter.Totals(items)
+	ls := make([]*limiter.Limiter, len(names))
+	groups := make([]string, len(items))
 	s.mu.RLock()
-	l, ok := s.byKey[name]
+	for j, name := range names {
+		e, ok := s.byKey[name]
+		if !ok {
+			s.mu.RUnlock()
+			return limiter.Verdict{}, &limiter.MissingError{Name: name}
+		}
+		ls[j] = e.l
+		for i := range items {
+			if index[i] == j {
+				groups[i] = e.group
+			}
+		}
+	}
+	s.mu.RUnlock()
+	if err := limiter.CheckGroups(items, groups); err != nil {
+		return limiter.Verdict{}, err
+	}
+	found := limiter.DecideAll(s.clock.Now(), ls, totals, mode)
+	return limiter.NewVerdict(items, found, index), nil
+}
+
+func (s *Store) lookup(name string) (entry, error) {
+	s.mu.RLock()
+	e, ok := s.byKey[name]
 	s.mu.RUnlock()
 	if !ok {
-		return nil, limiter.ErrNotFound
+		return entry{}, limiter.ErrNotFound
 	}
-	return l, nil
+	return e, nil
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/redis/rueidis"
@@ -28,7 +29,59 @@ var _ limiter.BatchStore = (*Store)(nil)
 // len(out) must be len(reqs). Requests should be valid (limiter.CheckName,
 // limiter.CheckPermits); one with invalid permits fails on its own, with
 // Acquire's error, and is not sent.
+//
+// The requests on a limiter that every one of them found missing, where
+// the Store believed it lived, are decided again, in order, if the
+// directory places it elsewhere (see groups.go): their runs found no
+// definition and so changed nothing.
 func (s *Store) AcquireBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) {
+	s.acquireBatch(ctx, reqs, out)
+	missing := make(map[string]bool) // limiters every request on found missing
+	for i, r := range reqs {
+		gone := errors.Is(out[i].Err, limiter.ErrNotFound)
+		if was, seen := missing[r.Name]; !seen || was {
+			missing[r.Name] = gone
+		}
+	}
+	var names, was []string
+	for name, gone := range missing {
+		if gone {
+			names, was = append(names, name), append(was, s.groupOf(name))
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	groups, err := s.lookup(ctx, names...)
+	if err != nil {
+		return
+	}
+	moved := make(map[string]bool)
+	for k, name := range names {
+		moved[name] = groups[k] != was[k]
+	}
+	var again []int
+	for i, r := range reqs {
+		if moved[r.Name] {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	sub := make([]limiter.Request, len(again))
+	for k, i := range again {
+		sub[k] = reqs[i]
+	}
+	res := make([]limiter.Result, len(again))
+	s.acquireBatch(ctx, sub, res)
+	for k, i := range again {
+		out[i] = res[k]
+	}
+}
+
+// acquireBatch is AcquireBatch where the Store believes each limiter lives.
+func (s *Store) acquireBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) {
 	// rueidis's Lua.ExecMulti is not used: it sends SCRIPT LOAD to every
 	// node and waits for all of them before each batch, a second round trip
 	// every time, and one node that cannot answer fails every request, even

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -50,9 +51,16 @@ func (s *Store) acquire(ctx context.Context, name string, permits int64, nowMicr
 
 // decide runs the acquire script once to take permits[0], permits[1], …
 // from the limiter name, in that order, and decides each into out[i].
+// A limiter not where the Store believed it lives is looked up in the
+// directory, and decided again where it now lives (see groups.go): the
+// first run found no definition and so changed nothing.
 func (s *Store) decide(ctx context.Context, name string, permits []int64, nowMicros string, out []limiter.Result) {
 	reply := acquireScript.Exec(ctx, s.client, s.keys(name), acquireArgs(permits, nowMicros))
 	decisions(name, permits, reply, out)
+	if errors.Is(out[0].Err, limiter.ErrNotFound) && s.relocated(ctx, name) {
+		reply = acquireScript.Exec(ctx, s.client, s.keys(name), acquireArgs(permits, nowMicros))
+		decisions(name, permits, reply, out)
+	}
 }
 
 // checkPermits is limiter.CheckPermits with the error Acquire returns for
@@ -102,6 +110,15 @@ func decisions(name string, permits []int64, reply rueidis.RedisResult, out []li
 
 // available is Available at nowMicros, like acquire.
 func (s *Store) available(ctx context.Context, name, nowMicros string) (limiter.Availability, error) {
+	a, err := s.availableAt(ctx, name, nowMicros)
+	if errors.Is(err, limiter.ErrNotFound) && s.relocated(ctx, name) {
+		a, err = s.availableAt(ctx, name, nowMicros)
+	}
+	return a, err
+}
+
+// availableAt is available where the Store believes name lives.
+func (s *Store) availableAt(ctx context.Context, name, nowMicros string) (limiter.Availability, error) {
 	v, err := availableScript.Exec(ctx, s.client, s.keys(name), []string{nowMicros}).AsIntSlice()
 	if err != nil {
 		return limiter.Availability{}, unavailable("available", name, err)

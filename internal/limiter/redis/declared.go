@@ -31,15 +31,16 @@ import (
 // Redis did not reserve, create or confirm; the others' answers stand.
 func (s *Store) Create(ctx context.Context, all ...limiter.Definition) (created []string, err error) {
 	defs, err := s.reserve(ctx, all)
+	defs, err = s.claimAll(ctx, defs, err)
 	if len(defs) == 0 {
 		return nil, err
 	}
 	c := s.client
 	cmds := make(rueidis.Commands, len(defs))
 	for i, def := range defs {
-		keys := s.keys(def.Name)
+		keys := s.keysIn(def.Name, def.Group)
 		cmds[i] = c.B().Evalsha().Sha1(createSHA1).Numkeys(int64(len(keys))).
-			Key(keys...).Arg(definitionArgs(def.Policy.Normalize())...).Build()
+			Key(keys...).Arg(groupArgs(definitionArgs(def.Policy.Normalize()), def.Group)...).Build()
 	}
 	replies := c.DoMulti(ctx, cmds...)
 	// Creating is idempotent, so any reply answered NOSCRIPT runs again,
@@ -53,9 +54,9 @@ func (s *Store) Create(ctx context.Context, all ...limiter.Definition) (created 
 	if len(again) > 0 {
 		evals := make(rueidis.Commands, len(again))
 		for k, i := range again {
-			keys := s.keys(defs[i].Name)
+			keys := s.keysIn(defs[i].Name, defs[i].Group)
 			evals[k] = c.B().Eval().Script(createLua).Numkeys(int64(len(keys))).
-				Key(keys...).Arg(definitionArgs(defs[i].Policy.Normalize())...).Build()
+				Key(keys...).Arg(groupArgs(definitionArgs(defs[i].Policy.Normalize()), defs[i].Group)...).Build()
 		}
 		for k, reply := range c.DoMulti(ctx, evals...) {
 			replies[again[k]] = reply
@@ -79,6 +80,27 @@ func (s *Store) Create(ctx context.Context, all ...limiter.Definition) (created 
 		err = unavailable("create", defs[0].Name, zerr)
 	}
 	return created, err
+}
+
+// claimAll claims each of defs's groups in the directory (see claim),
+// except those the Store already knows in theirs, and returns the defs it
+// claimed; err is the first error so far, kept unless nil.
+func (s *Store) claimAll(ctx context.Context, defs []limiter.Definition, err error) ([]limiter.Definition, error) {
+	kept := defs[:0:0]
+	for _, def := range defs {
+		if g, ok := s.known(def.Name); ok && g == def.Group {
+			kept = append(kept, def)
+			continue
+		}
+		if cerr := s.claim(ctx, def); cerr != nil {
+			if err == nil {
+				err = cerr
+			}
+			continue
+		}
+		kept = append(kept, def)
+	}
+	return kept, err
 }
 
 // reserve makes room in the index for each of defs, as Put does, in one

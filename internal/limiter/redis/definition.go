@@ -18,6 +18,7 @@ const (
 	fieldPeriod    = "period"    // nanoseconds
 	fieldAlgorithm = "algorithm" // limiter.GCRA or limiter.SlidingLog
 	fieldBurst     = "burst"     // GCRA's bucket size; 0 for a sliding log
+	fieldGroup     = "group"     // the limiter's group; absent for none
 
 	// GCRA counts in units of 1/limit ns, held by the scripts as a*m + b
 	// with m units = 1µs and 0 <= b < m.

@@ -118,6 +118,28 @@ func (l *Lazy) Available(ctx context.Context, name string) (limiter.Availability
 	return with(ctx, l, name, func(st *Store) (limiter.Availability, error) { return st.Available(ctx, name) })
 }
 
+// Decide implements limiter.Store. A declared limiter found missing is
+// created, and the decision made again, as for Acquire: the first run
+// found no definition and so changed nothing.
+func (l *Lazy) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode) (limiter.Verdict, error) {
+	st, err := l.get()
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	v, err := st.Decide(ctx, items, mode)
+	if !errors.Is(err, limiter.ErrNotFound) {
+		return v, err
+	}
+	restored := false
+	for _, it := range items {
+		restored = l.restore(ctx, st, it.Name, err) || restored
+	}
+	if restored {
+		v, err = st.Decide(ctx, items, mode)
+	}
+	return v, err
+}
+
 // AcquireBatch implements limiter.BatchStore.
 func (l *Lazy) AcquireBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) {
 	st, err := l.get()

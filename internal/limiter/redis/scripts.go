@@ -26,6 +26,12 @@ var (
 	createLua string
 	//go:embed lua/reserve.lua
 	reserveLua string
+	//go:embed lua/claim.lua
+	claimLua string
+	//go:embed lua/unclaim.lua
+	unclaimLua string
+	//go:embed lua/decide.lua
+	decideLua string
 
 	// A script cannot load another, so both decisions carry the shared
 	// arithmetic in front of their own code.
@@ -42,6 +48,10 @@ var (
 	// createSHA1 names createLua in the EVALSHA commands Create pipelines.
 	createSHA1    = digest(createLua)
 	reserveScript = rueidis.NewLuaScript(reserveLua)
+	claimScript   = rueidis.NewLuaScript(claimLua)
+	unclaimScript = rueidis.NewLuaScript(unclaimLua)
+	// decideScript decides several limiters of one group together.
+	decideScript = rueidis.NewLuaScript(libLua + "\n" + decideLua)
 )
 
 // digest is the SHA-1 digest by which EVALSHA names a script's source.

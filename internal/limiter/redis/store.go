@@ -20,9 +20,12 @@
 //	                      so idle limiters cost nothing but their definition
 //	<prefix>names         sorted set of every limiter name, for List and for
 //	                      the bound on the number of limiters
+//	<prefix>groups        hash: each limiter's group (see groups.go); a
+//	                      limiter in group G has its two keys at
+//	                      <prefix>{G}:<name>:def and <prefix>{G}:<name>:st
 //
 // The braces are a Redis Cluster hash tag: a limiter's two keys share a slot,
-// so its scripts run on one node. The name index lives in another slot, so
+// so its scripts run on one node, and so do a group's. The name index lives in another slot, so
 // Put and Delete update it in a second call; see their docs for the order
 // that keeps List consistent.
 package redis
@@ -48,13 +51,17 @@ var _ limiter.Store = (*Store)(nil)
 // or limiter.ErrUnavailable when Redis cannot answer (network failure,
 // timeout, or an error reply); a context deadline bounds each call.
 type Store struct {
-	client rueidis.Client
-	prefix string
-	names  string
-	max    int
+	client    rueidis.Client
+	prefix    string
+	names     string
+	directory string
+	max       int
 
 	mu      sync.Mutex
 	flights map[string]*flight // limiters with an Acquire call in flight; see coalesce
+
+	locMu     sync.RWMutex
+	locations map[string]string // name to group, as last read; see groups.go
 }
 
 // New returns a Store over client whose keys all start with prefix (which
@@ -72,13 +79,15 @@ func New(client rueidis.Client, prefix string, maxLimiters int) (*Store, error) 
 	if maxLimiters <= 0 {
 		maxLimiters = limiter.DefaultMaxLimiters
 	}
-	return &Store{client: client, prefix: prefix, names: prefix + "names", max: maxLimiters, flights: make(map[string]*flight)}, nil
+	return &Store{
+		client: client, prefix: prefix, names: prefix + "names", directory: prefix + "groups", max: maxLimiters,
+		flights: make(map[string]*flight), locations: make(map[string]string),
+	}, nil
 }
 
 func (s *Store) defKey(name string) string   { return s.prefix + "{" + name + "}:def" }
 func (s *Store) stateKey(name string) string { return s.prefix + "{" + name + "}:st" }
 
-func (s *Store) keys(name string) []string { return []string{s.defKey(name), s.stateKey(name)} }
 
 // unavailable wraps a failure to reach or use Redis.
 func unavailable(op, name string, err error) error {
@@ -105,7 +114,10 @@ func notFound(op, name string) error {
 // stays in the index without a limiter: List skips it, and it counts
 // against the maximum until the name is put or deleted again. A Put racing
 // a Delete of the same name can thus take one name more than the maximum,
-// the room that Delete freed for a moment.
+// the room that Delete freed for a moment. Between the index and the
+// definition the limiter's group is claimed in the directory (see
+// groups.go): a limiter the directory places in another group is refused
+// with an error wrapping limiter.ErrGroupConflict.
 func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 	if err := limiter.CheckName(def.Name); err != nil {
 		return false, fmt.Errorf("redis: put: %w", err)
@@ -120,8 +132,14 @@ func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 	if room == 0 {
 		return false, fmt.Errorf("redis: put %q: %w: the maximum is %d", def.Name, limiter.ErrTooManyLimiters, s.max)
 	}
-	args := definitionArgs(def.Policy.Normalize())
-	created, err := putScript.Exec(ctx, s.client, s.keys(def.Name), args).AsInt64()
+	if err := limiter.CheckGroup(def.Group); err != nil {
+		return false, fmt.Errorf("redis: put %q: %w", def.Name, err)
+	}
+	if err := s.claim(ctx, def); err != nil {
+		return false, err
+	}
+	args := groupArgs(definitionArgs(def.Policy.Normalize()), def.Group)
+	created, err := putScript.Exec(ctx, s.client, s.keysIn(def.Name, def.Group), args).AsInt64()
 	if err != nil {
 		return false, unavailable("put", def.Name, err)
 	}
@@ -135,18 +153,23 @@ func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 // Get returns the limiter's definition, with defaults filled in.
 func (s *Store) Get(ctx context.Context, name string) (limiter.Definition, error) {
 	c := s.client
-	vals, err := c.Do(ctx, c.B().Hmget().Key(s.defKey(name)).Field(policyFields...).Build()).ToArray()
-	if err != nil {
-		return limiter.Definition{}, unavailable("get", name, err)
+	for again := true; ; again = false {
+		group := s.groupOf(name)
+		vals, err := c.Do(ctx, c.B().Hmget().Key(s.keysIn(name, group)[0]).Field(policyFields...).Build()).ToArray()
+		if err != nil {
+			return limiter.Definition{}, unavailable("get", name, err)
+		}
+		p, found, err := policyOf(vals)
+		if err != nil {
+			return limiter.Definition{}, unavailable("get", name, err)
+		}
+		if found {
+			return limiter.Definition{Name: name, Policy: p, Group: group}, nil
+		}
+		if !again || !s.relocated(ctx, name) {
+			return limiter.Definition{}, notFound("get", name)
+		}
 	}
-	p, found, err := policyOf(vals)
-	if err != nil {
-		return limiter.Definition{}, unavailable("get", name, err)
-	}
-	if !found {
-		return limiter.Definition{}, notFound("get", name)
-	}
-	return limiter.Definition{Name: name, Policy: p}, nil
 }
 
 // policyOf parses an HMGET reply of policyFields; found is false when the
@@ -185,9 +208,13 @@ func (s *Store) List(ctx context.Context, after string, count int) ([]limiter.De
 		if len(names) == 0 {
 			break
 		}
+		groups, err := s.lookup(ctx, names...)
+		if err != nil {
+			return nil, unavailable("list after", after, err)
+		}
 		cmds := make(rueidis.Commands, len(names))
 		for i, name := range names {
-			cmds[i] = c.B().Hmget().Key(s.defKey(name)).Field(policyFields...).Build()
+			cmds[i] = c.B().Hmget().Key(s.keysIn(name, groups[i])[0]).Field(policyFields...).Build()
 		}
 		for i, res := range c.DoMulti(ctx, cmds...) {
 			vals, err := res.ToArray()
@@ -199,7 +226,7 @@ func (s *Store) List(ctx context.Context, after string, count int) ([]limiter.De
 				return nil, unavailable("list", names[i], err)
 			}
 			if found {
-				defs = append(defs, limiter.Definition{Name: names[i], Policy: p})
+				defs = append(defs, limiter.Definition{Name: names[i], Policy: p, Group: groups[i]})
 			}
 		}
 		after = names[len(names)-1]
@@ -218,26 +245,44 @@ func (s *Store) List(ctx context.Context, after string, count int) ([]limiter.De
 // definition between those two steps and see its name removed, so Delete
 // looks at the definition once more afterwards and restores the name if the
 // limiter exists again: any Put that wrote its definition after that look
-// adds its name itself.
+// adds its name itself. The directory entry goes after the definition, and
+// comes back by the same look.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	existed, err := deleteScript.Exec(ctx, s.client, s.keys(name), nil).AsInt64()
+	group := s.groupOf(name)
+	existed, err := deleteScript.Exec(ctx, s.client, s.keysIn(name, group), nil).AsInt64()
 	if err != nil {
 		return unavailable("delete", name, err)
 	}
+	if existed == 0 && s.relocated(ctx, name) {
+		group = s.groupOf(name)
+		if existed, err = deleteScript.Exec(ctx, s.client, s.keysIn(name, group), nil).AsInt64(); err != nil {
+			return unavailable("delete", name, err)
+		}
+	}
+	if err := s.unclaim(ctx, name, group); err != nil {
+		return unavailable("delete", name, err)
+	}
+	s.forget(name)
 	// The name may be in the index even when the definition is gone (an
 	// earlier interrupted Delete): remove it in any case.
 	c := s.client
 	if err := c.Do(ctx, c.B().Zrem().Key(s.names).Member(name).Build()).Error(); err != nil {
 		return unavailable("delete", name, err)
 	}
-	again, err := c.Do(ctx, c.B().Exists().Key(s.defKey(name)).Build()).AsInt64()
+	again, err := c.Do(ctx, c.B().Exists().Key(s.keysIn(name, group)[0]).Build()).AsInt64()
 	if err != nil {
 		return unavailable("delete", name, err)
 	}
 	if again == 1 {
-		if err := c.Do(ctx, c.B().Zadd().Key(s.names).ScoreMember().ScoreMember(0, name).Build()).Error(); err != nil {
-			return unavailable("delete", name, err)
+		restore := c.DoMulti(ctx,
+			c.B().Hset().Key(s.directory).FieldValue().FieldValue(name, group).Build(),
+			c.B().Zadd().Key(s.names).ScoreMember().ScoreMember(0, name).Build())
+		for _, r := range restore {
+			if err := r.Error(); err != nil {
+				return unavailable("delete", name, err)
+			}
 		}
+		s.learn(name, group)
 	}
 	if existed == 0 {
 		return notFound("delete", name)

@@ -1,7 +1,8 @@
 // Package storetest is the behavioural suite every limiter.Store must pass,
 // whatever keeps its state: definitions (put, get, list, delete, replace),
 // decisions (all or nothing, Available without consuming, both algorithms,
-// capacity), batches of acquisitions, concurrency and replenishment.
+// capacity), batches of acquisitions, joint decisions and groups,
+// concurrency and replenishment.
 //
 // A shared store reads the time from its server, so the suite never injects
 // a clock. It uses long periods (an hour) wherever nothing may replenish
@@ -45,6 +46,10 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"Replenishment", testReplenishment},
 		{"Batch", testBatch},
 		{"ConcurrentBatches", testConcurrentBatches},
+		{"Decide", testDecide},
+		{"DecideRefusals", testDecideRefusals},
+		{"Groups", testGroups},
+		{"ConcurrentDecide", testConcurrentDecide},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,145 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/ratelimiter/ratelimiter/internal/gen"
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// Decide takes permits from several limiters, all or nothing.
+func (s *server) Decide(ctx context.Context, req gen.DecideRequestObject) (gen.DecideResponseObject, error) {
+	a, err := s.decide(ctx, req.Body, limiter.Take)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Peek answers what Decide would, taking nothing.
+func (s *server) Peek(ctx context.Context, req gen.PeekRequestObject) (gen.PeekResponseObject, error) {
+	a, err := s.decide(ctx, req.Body, limiter.Peek)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limiter.Mode) (*verdictAnswer, error) {
+	if body == nil {
+		return nil, invalid("body", "is required")
+	}
+	items := make([]limiter.Item, len(body.Items))
+	for i, it := range body.Items {
+		items[i] = limiter.Item{Name: it.Limiter, Permits: 1}
+		if it.Permits != nil {
+			items[i].Permits = *it.Permits
+		}
+	}
+	v, err := s.limiters.Decide(ctx, items, mode)
+	if err != nil {
+		return nil, decideProblem(err)
+	}
+	if mode == limiter.Take {
+		for _, c := range v.Checks {
+			s.tel.decided(c.Name, limiter.Decision{Permits: c.Permits, Allowed: v.Allowed, Degraded: v.Degraded})
+		}
+	}
+	a := &verdictAnswer{v: v}
+	if !v.Degraded {
+		// One entry per limiter, in the order of the items.
+		var policies, limits []string
+		seen := make(map[string]bool, len(v.Checks))
+		for _, c := range v.Checks {
+			if seen[c.Name] {
+				continue
+			}
+			seen[c.Name] = true
+			policies = append(policies, s.policyOf(ctx, c.Name, c.Limit))
+			limits = append(limits, rateLimitHeader(c.Name, c.Remaining, c.ResetAfter))
+		}
+		a.policy, a.rateLimit = strings.Join(policies, ", "), strings.Join(limits, ", ")
+	}
+	return a, nil
+}
+
+// decideProblem is the problem of a decision the domain refused: the ones
+// only a decision meets, worded for its body; problemFor words the rest.
+func decideProblem(err error) error {
+	var missing *limiter.MissingError
+	switch {
+	case errors.As(err, &missing):
+		return &problem{status: http.StatusNotFound, detail: fmt.Sprintf("Limiter %q does not exist.", missing.Name)}
+	case errors.Is(err, limiter.ErrCrossGroup):
+		return rejected("body.items", reason(err, limiter.ErrCrossGroup))
+	case errors.Is(err, limiter.ErrInvalidItems):
+		return rejected("body.items", reason(err, limiter.ErrInvalidItems))
+	case errors.Is(err, limiter.ErrInvalidName):
+		return rejected("body.items", reason(err, limiter.ErrInvalidName))
+	case errors.Is(err, limiter.ErrInvalidPermits):
+		return rejected("body.items", reason(err, limiter.ErrInvalidPermits))
+	}
+	return err
+}
+
+// verdictAnswer is the 200 answer of decide and peek.
+type verdictAnswer struct {
+	v         limiter.Verdict
+	policy    string // RateLimit-Policy, empty when degraded
+	rateLimit string // RateLimit, empty when degraded
+}
+
+var (
+	_ gen.DecideResponseObject = (*verdictAnswer)(nil)
+	_ gen.PeekResponseObject   = (*verdictAnswer)(nil)
+)
+
+func (a *verdictAnswer) VisitDecideResponse(w http.ResponseWriter) error { return a.write(w) }
+func (a *verdictAnswer) VisitPeekResponse(w http.ResponseWriter) error   { return a.write(w) }
+
+func (a *verdictAnswer) write(w http.ResponseWriter) error {
+	v := a.v
+	body := gen.Verdict{Allowed: v.Allowed, ExceedsCapacity: v.ExceedsCapacity, Items: make([]gen.ItemCheck, len(v.Checks))}
+	if v.Degraded {
+		t := true
+		body.Degraded = &t
+	}
+	retry := !v.Allowed && !v.ExceedsCapacity && !v.Degraded
+	if retry {
+		ms := millis(v.RetryAfter)
+		body.RetryAfterMs = &ms
+	}
+	for i, c := range v.Checks {
+		ic := gen.ItemCheck{
+			Limiter: c.Name, Permits: c.Permits, Fits: c.Fits, ExceedsCapacity: c.ExceedsCapacity,
+			Remaining: c.Remaining, Limit: c.Limit, ResetAfterMs: millis(c.ResetAfter),
+		}
+		if !c.Fits && !c.ExceedsCapacity && !v.Degraded {
+			ms := millis(c.RetryAfter)
+			ic.RetryAfterMs = &ms
+		}
+		body.Items[i] = ic
+	}
+	h := w.Header()
+	if a.policy != "" {
+		h[hdrPolicy] = []string{a.policy}
+		h[hdrRateLimit] = []string{a.rateLimit}
+	}
+	if retry {
+		h[hdrRetryAfter] = []string{strconv.FormatInt(*retryAfter(v.RetryAfter), 10)}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	h["Content-Type"] = contentTypeJSON
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write(append(b, '\n'))
+	return err
+}

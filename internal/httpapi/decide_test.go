@@ -1,0 +1,212 @@
+package httpapi
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/client"
+)
+
+func items(pairs ...any) client.DecideRequest {
+	var req client.DecideRequest
+	for i := 0; i+1 < len(pairs); i += 2 {
+		req.Items = append(req.Items, client.DecideItem{Limiter: pairs[i].(string), Permits: ptr(int64(pairs[i+1].(int)))})
+	}
+	return req
+}
+
+// TestDecideBurstAndDaily: a burst limit and a daily quota in one group,
+// decided together through the generated client: all or nothing, with the
+// headers of both, and a Retry-After when both fit again.
+func TestDecideBurstAndDaily(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("burst", client.LimiterSpec{Limit: 5, Period: "1s", Group: ptr("checkout")})
+	e.put("daily", client.LimiterSpec{Limit: 8, Period: "24h", Group: ptr("checkout")})
+
+	res, err := e.c.DecideWithResponse(ctx, items("burst", 3, "daily", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := res.JSON200
+	if v == nil || !v.Allowed || v.ExceedsCapacity || v.RetryAfterMs != nil || len(v.Items) != 2 {
+		t.Fatalf("3 of both: got %d %s, want allowed", res.StatusCode(), res.Body)
+	}
+	if c := v.Items[0]; c.Limiter != "burst" || !c.Fits || c.Remaining != 2 || c.Limit != 5 || c.Permits != 3 {
+		t.Errorf("burst: got %+v, want 2 of 5 left", c)
+	}
+	if c := v.Items[1]; c.Limiter != "daily" || !c.Fits || c.Remaining != 5 || c.Limit != 8 {
+		t.Errorf("daily: got %+v, want 5 of 8 left", c)
+	}
+	h := res.HTTPResponse.Header
+	if got, want := h.Get("RateLimit-Policy"), `"burst";q=5;w=1, "daily";q=8;w=86400`; got != want {
+		t.Errorf("RateLimit-Policy: got %q, want %q", got, want)
+	}
+	if got := h.Get("RateLimit"); !strings.HasPrefix(got, `"burst";r=2;t=`) || !strings.Contains(got, `, "daily";r=5;t=`) {
+		t.Errorf("RateLimit: got %q, want both limiters, burst first", got)
+	}
+	if got := h.Get("Retry-After"); got != "" {
+		t.Errorf("Retry-After on a grant: %q", got)
+	}
+
+	// 3 more: the burst limiter has 2 left, so neither gives anything.
+	res, err = e.c.DecideWithResponse(ctx, items("burst", 3, "daily", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = res.JSON200
+	if v == nil || v.Allowed || v.ExceedsCapacity || v.RetryAfterMs == nil {
+		t.Fatalf("3 more: got %d %s, want a retryable denial", res.StatusCode(), res.Body)
+	}
+	// One permit every 200 ms; the third of 3 more is 200 ms away.
+	if got, want := *v.RetryAfterMs, int64(200); got != want {
+		t.Errorf("retry_after_ms: got %d, want %d", got, want)
+	}
+	if c := v.Items[0]; c.Fits || c.RetryAfterMs == nil || *c.RetryAfterMs != 200 {
+		t.Errorf("burst: got %+v, want the denial, retry in 200 ms", c)
+	}
+	if c := v.Items[1]; !c.Fits || c.RetryAfterMs != nil || c.Remaining != 5 {
+		t.Errorf("daily: got %+v, want it to fit, untouched", c)
+	}
+	if got := res.HTTPResponse.Header.Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After: got %q, want 1", got)
+	}
+	if b, d := e.available("burst"), e.available("daily"); b != 2 || d != 5 {
+		t.Errorf("after the denial: burst %d, daily %d left, want 2 and 5", b, d)
+	}
+
+	// Once the wait has passed, both fit.
+	e.clock.Advance(200 * time.Millisecond)
+	if res, err := e.c.DecideWithResponse(ctx, items("burst", 3, "daily", 3)); err != nil || res.JSON200 == nil || !res.JSON200.Allowed {
+		t.Fatalf("after 200 ms: got %v %s, want allowed", err, res.Body)
+	}
+}
+
+// TestPeekTakesNothing: a peek answers as a decision would and leaves the
+// limiters as they were.
+func TestPeekTakesNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("pa", client.LimiterSpec{Limit: 4, Period: "1h", Group: ptr("g")})
+	e.put("pb", client.LimiterSpec{Limit: 4, Period: "1h", Group: ptr("g"), Algorithm: ptr(client.AlgorithmSlidingLog)})
+	for range 5 {
+		res, err := e.c.PeekWithResponse(ctx, items("pa", 4, "pb", 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := res.JSON200; v == nil || !v.Allowed || v.Items[0].Remaining != 4 || v.Items[1].Remaining != 4 {
+			t.Fatalf("peek 4 of both: got %d %s, want allowed, 4 left in each", res.StatusCode(), res.Body)
+		}
+	}
+	res, err := e.c.PeekWithResponse(ctx, items("pa", 5, "pb", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := res.JSON200; v == nil || v.Allowed || !v.ExceedsCapacity || v.RetryAfterMs != nil || !v.Items[0].ExceedsCapacity {
+		t.Fatalf("peek 5 of 4: got %d %s, want a denial exceeding capacity", res.StatusCode(), res.Body)
+	}
+	if a, b := e.available("pa"), e.available("pb"); a != 4 || b != 4 {
+		t.Errorf("after peeks: %d and %d left, want 4 and 4", a, b)
+	}
+}
+
+// TestDecideRefusals: what a decision refuses is a problem, and changes
+// nothing.
+func TestDecideRefusals(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("ra", client.LimiterSpec{Limit: 4, Period: "1h", Group: ptr("g1")})
+	e.put("rb", client.LimiterSpec{Limit: 4, Period: "1h", Group: ptr("g2")})
+	e.put("rc", client.LimiterSpec{Limit: 4, Period: "1h"})
+	many := make([]string, 33)
+	for i := range many {
+		many[i] = `{"limiter":"ra"}`
+	}
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		location   string
+		detail     string
+	}{
+		{"groups differ", `{"items":[{"limiter":"ra"},{"limiter":"rb"}]}`, http.StatusBadRequest, "body.items", `"rb" (group "g2")`},
+		{"no group", `{"items":[{"limiter":"ra"},{"limiter":"rc"}]}`, http.StatusBadRequest, "body.items", `"rc" (no group)`},
+		{"unknown", `{"items":[{"limiter":"ra","permits":1},{"limiter":"nope"}]}`, http.StatusNotFound, "", `Limiter "nope" does not exist.`},
+		{"no items", `{"items":[]}`, http.StatusBadRequest, "body.items", ""},
+		{"too many", `{"items":[` + strings.Join(many, ",") + `]}`, http.StatusBadRequest, "body.items", ""},
+		{"zero permits", `{"items":[{"limiter":"ra","permits":0}]}`, http.StatusBadRequest, "body.items.0.permits", ""},
+		{"bad name", `{"items":[{"limiter":"-x"}]}`, http.StatusBadRequest, "body.items.0.limiter", ""},
+		{"unknown field", `{"items":[{"limiter":"ra","key":"x"}]}`, http.StatusBadRequest, "", ""},
+		{"no body", ``, http.StatusBadRequest, "", ""},
+	} {
+		for _, path := range []string{"/v1/decide", "/v1/peek"} {
+			t.Run(tc.name+path, func(t *testing.T) {
+				res, body := e.raw(http.MethodPost, path, "application/json", tc.body)
+				p := checkProblem(t, res, body, tc.status)
+				if tc.location != "" && !slices.Contains(fieldLocations(p), tc.location) {
+					t.Errorf("field errors %v, want one at %s", fieldLocations(p), tc.location)
+				}
+				if tc.detail != "" && !strings.Contains(string(body), strings.ReplaceAll(tc.detail, `"`, `\"`)) {
+					t.Errorf("problem %s does not say %s", body, tc.detail)
+				}
+			})
+		}
+	}
+	for _, name := range []string{"ra", "rb", "rc"} {
+		if got := e.available(name); got != 4 {
+			t.Errorf("%s: %d left after refusals, want 4", name, got)
+		}
+	}
+}
+
+// TestGroupConflict: a limiter keeps its group; moving it is a 409 that
+// changes nothing, and deleting it frees the name for another group.
+func TestGroupConflict(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("gx", client.LimiterSpec{Limit: 4, Period: "1h", Group: ptr("team")})
+	for _, body := range []string{`{"limit":4,"period":"1h","group":"other"}`, `{"limit":4,"period":"1h"}`} {
+		res, b := e.raw(http.MethodPut, "/v1/limiters/gx", "application/json", body)
+		p := checkProblem(t, res, b, http.StatusConflict)
+		if want := `Limiter "gx" was not changed: it is in group "team"`; !strings.Contains(*p.Detail, want) {
+			t.Errorf("detail %q, want it to start %q", *p.Detail, want)
+		}
+	}
+	res, err := e.c.GetLimiterWithResponse(ctx, "gx")
+	if err != nil || res.JSON200 == nil || res.JSON200.Group == nil || *res.JSON200.Group != "team" {
+		t.Fatalf("get: %v %s, want group team", err, res.Body)
+	}
+	res2, b := e.raw(http.MethodPut, "/v1/limiters/gy", "application/json", `{"limit":4,"period":"1h","group":"-bad"}`)
+	checkProblem(t, res2, b, http.StatusBadRequest)
+	if _, err := e.c.DeleteLimiterWithResponse(ctx, "gx"); err != nil {
+		t.Fatal(err)
+	}
+	e.put("gx", client.LimiterSpec{Limit: 4, Period: "1h", Group: ptr("other")})
+	if res, err := e.c.GetLimiterWithResponse(ctx, "gx"); err != nil || *res.JSON200.Group != "other" {
+		t.Fatalf("get after moving: %v %s", err, res.Body)
+	}
+}
+
+// TestDecideDuplicates: items on one limiter are summed.
+func TestDecideDuplicates(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("solo", client.LimiterSpec{Limit: 5, Period: "1h"})
+	res, err := e.c.DecideWithResponse(ctx, items("solo", 2, "solo", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := res.JSON200; v == nil || !v.Allowed || v.Items[0].Remaining != 1 || v.Items[1].Remaining != 1 || v.Items[1].Permits != 2 {
+		t.Fatalf("2+2 of 5: got %d %s, want allowed, 1 left", res.StatusCode(), res.Body)
+	}
+	if got := res.HTTPResponse.Header.Get("RateLimit-Policy"); got != `"solo";q=5;w=3600` {
+		t.Errorf("RateLimit-Policy: got %q, want the limiter once", got)
+	}
+	res, err = e.c.DecideWithResponse(ctx, items("solo", 1, "solo", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := res.JSON200; v == nil || v.Allowed || v.Items[0].Fits || v.Items[0].Remaining != 1 {
+		t.Fatalf("1+1 of 1 left: got %d %s, want denied", res.StatusCode(), res.Body)
+	}
+	if got := e.available("solo"); got != 1 {
+		t.Errorf("after the denial: %d left, want 1", got)
+	}
+}

@@ -1,0 +1,256 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+)
+
+// MaxItems is the most items one decision names (see Service.Decide).
+const MaxItems = 32
+
+// Errors of joint decisions, besides those of single acquisitions.
+var (
+	// ErrInvalidItems reports a decision with no item or more than
+	// MaxItems.
+	ErrInvalidItems = errors.New("invalid items")
+	// ErrCrossGroup reports a decision whose items name limiters of
+	// different groups, or limiters in no group: their state could live
+	// on different Redis Cluster nodes, where no one script can decide
+	// them together.
+	ErrCrossGroup = errors.New("limiters of different groups")
+	// ErrGroupConflict reports a Put that would move an existing limiter
+	// to another group: delete it first. Moving it in place would let two
+	// replicas decide on its old and its new state at once.
+	ErrGroupConflict = errors.New("limiter is in another group")
+	// ErrInvalidGroup reports a group name that breaks CheckName's rule.
+	ErrInvalidGroup = errors.New("invalid group name")
+)
+
+// CheckGroup reports whether g can name a group: empty (no group), or a
+// name by CheckName's rule. The error wraps ErrInvalidGroup.
+func CheckGroup(g string) error {
+	if g != "" && !ValidName(g) {
+		return fmt.Errorf("%w: %q must be 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidGroup, truncate(g, MaxNameLen+1), MaxNameLen)
+	}
+	return nil
+}
+
+// GroupConflict is the error of a Put that would move a limiter from group
+// old to group new; it wraps ErrGroupConflict.
+func GroupConflict(old, new string) error {
+	return fmt.Errorf("%w: it is in %s, not %s; delete it to create it in another", ErrGroupConflict, groupWords(old), groupWords(new))
+}
+
+func groupWords(g string) string {
+	if g == "" {
+		return "no group"
+	}
+	return fmt.Sprintf("group %q", g)
+}
+
+// MissingError is the error of a decision naming a limiter that does not
+// exist; it wraps ErrNotFound.
+type MissingError struct{ Name string }
+
+func (e *MissingError) Error() string { return fmt.Sprintf("limiter %q not found", e.Name) }
+
+// Unwrap returns ErrNotFound.
+func (e *MissingError) Unwrap() error { return ErrNotFound }
+
+// Item is one part of a joint decision: Permits from the limiter Name.
+type Item struct {
+	Name    string
+	Permits int64
+}
+
+// Mode says what a joint decision does when every item fits.
+type Mode uint8
+
+const (
+	// Take records every item's permits when all of them fit. It is the
+	// zero value.
+	Take Mode = iota
+	// Peek records nothing: it answers what Take would answer now.
+	Peek
+)
+
+// Verdict is the answer to a joint decision: all of its items' permits were
+// taken, or none were.
+type Verdict struct {
+	// Allowed reports whether every item fits: under Take their permits
+	// were all recorded; under Peek nothing was. When false and not
+	// Degraded, nothing was recorded.
+	Allowed bool
+	// ExceedsCapacity reports that some item can never fit, however long
+	// the caller waits (see Check.ExceedsCapacity).
+	ExceedsCapacity bool
+	// Degraded reports a verdict made without the store (see
+	// Decision.Degraded): Allowed follows the FailureMode, and every
+	// Check holds its Permits only.
+	Degraded bool
+	// RetryAfter is how long until every item fits at once, when denied
+	// and ExceedsCapacity is false; 0 otherwise. It assumes nobody else
+	// takes permits from these limiters meanwhile.
+	RetryAfter time.Duration
+	// Checks has one entry per item, in the order of the items.
+	Checks []Check
+}
+
+// Check is what one item of a joint decision found. Items that name the
+// same limiter are decided as one: they fit when the sum of their permits
+// does, and each reports that limiter's state.
+type Check struct {
+	// Name and Permits are the item's.
+	Name    string
+	Permits int64
+	// Fits reports whether the item's limiter could grant it now. In a
+	// denial, the items that do not fit are the ones that denied.
+	Fits bool
+	// ExceedsCapacity reports that the permits asked of this limiter (the
+	// sum over the items naming it) exceed what it can ever hold.
+	ExceedsCapacity bool
+	// Remaining is what the limiter could grant right after the verdict:
+	// after the permits were taken when they were, as it is now otherwise.
+	Remaining int64
+	// Limit is the policy's Limit.
+	Limit int64
+	// RetryAfter is how long until this limiter could grant the permits
+	// asked of it, when it cannot now and they do not exceed its capacity.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limiter is full again if nobody
+	// acquires meanwhile.
+	ResetAfter time.Duration
+}
+
+// CheckItems reports why items cannot make a decision, or nil: their count
+// (ErrInvalidItems), or the first invalid name or permit count, wrapped
+// with the item's index.
+func CheckItems(items []Item) error {
+	if len(items) == 0 || len(items) > MaxItems {
+		return fmt.Errorf("%w: %d items, want 1 to %d", ErrInvalidItems, len(items), MaxItems)
+	}
+	for i, it := range items {
+		if err := CheckName(it.Name); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if err := CheckPermits(it.Permits); err != nil {
+			return fmt.Errorf("item %d (%q): %w", i, it.Name, err)
+		}
+	}
+	return nil
+}
+
+// CheckGroups reports whether limiters can be decided together: one
+// limiter (however many items name it), or limiters that all share one
+// group. groups[i] is the group of the limiter items[i] names. The error
+// wraps ErrCrossGroup and names the first two items that differ.
+func CheckGroups(items []Item, groups []string) error {
+	first := items[0]
+	for i, it := range items[1:] {
+		if it.Name == first.Name || groups[i+1] == groups[0] && groups[0] != "" {
+			continue
+		}
+		return fmt.Errorf("%w: item 0 names %q %s and item %d names %q %s: the limiters of one decision must share a group",
+			ErrCrossGroup, first.Name, groupPhrase(groups[0]), i+1, it.Name, groupPhrase(groups[i+1]))
+	}
+	return nil
+}
+
+func groupPhrase(g string) string { return "(" + groupWords(g) + ")" }
+
+// Totals folds items naming the same limiter into one: names are the
+// distinct names in order of first appearance, totals[j] the sum of the
+// permits asked of names[j], and index[i] the position in names of
+// items[i]'s limiter. The sums never overflow: each of at most MaxItems
+// items asks for at most MaxLimit permits.
+func Totals(items []Item) (names []string, totals []int64, index []int) {
+	index = make([]int, len(items))
+	for i, it := range items {
+		j := 0
+		for j < len(names) && names[j] != it.Name {
+			j++
+		}
+		if j == len(names) {
+			names = append(names, it.Name)
+			totals = append(totals, 0)
+		}
+		totals[j] += it.Permits
+		index[i] = j
+	}
+	return names, totals, index
+}
+
+// NewVerdict builds the verdict on items from what their limiters found:
+// found[index[i]] is the Check of the limiter items[i] names, for every
+// permit asked of it (see Totals), with its Name and Permits left for
+// NewVerdict to fill in per item.
+func NewVerdict(items []Item, found []Check, index []int) Verdict {
+	v := Verdict{Allowed: true, Checks: make([]Check, len(items))}
+	for _, c := range found {
+		v.Allowed = v.Allowed && c.Fits
+		v.ExceedsCapacity = v.ExceedsCapacity || c.ExceedsCapacity
+		v.RetryAfter = max(v.RetryAfter, c.RetryAfter)
+	}
+	if v.Allowed || v.ExceedsCapacity {
+		v.RetryAfter = 0
+	}
+	for i, it := range items {
+		c := found[index[i]]
+		c.Name, c.Permits = it.Name, it.Permits
+		v.Checks[i] = c
+	}
+	return v
+}
+
+// DegradedVerdict is the verdict on items that the store could not
+// answer, by mode; see Decision.Degraded.
+func DegradedVerdict(items []Item, mode FailureMode) Verdict {
+	v := Verdict{Allowed: mode == FailOpen, Degraded: true, Checks: make([]Check, len(items))}
+	for i, it := range items {
+		v.Checks[i] = Check{Name: it.Name, Permits: it.Permits}
+	}
+	return v
+}
+
+// Decide decides items together, all or nothing: under Take either every
+// item's permits are recorded or none are; under Peek nothing is. Items
+// naming the same limiter are summed (see Check). A decision of more than
+// one limiter needs them all in one group (see Definition.Group), so that
+// a shared store can decide them in one atomic step; otherwise the error
+// wraps ErrCrossGroup and nothing is decided. Invalid items are refused
+// before the store is consulted (see CheckItems); an unknown limiter fails
+// the whole decision with an error wrapping a *MissingError. A store that
+// cannot answer gives a DegradedVerdict by the FailureMode.
+func (s *Service) Decide(ctx context.Context, items []Item, mode Mode) (v Verdict, err error) {
+	op := "limiter.Decide"
+	if mode == Peek {
+		op = "limiter.Peek"
+	}
+	ctx, span := s.start(ctx, op, "")
+	defer func() {
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(attribute.Int("ratelimiter.items", len(items)), attribute.Bool("ratelimiter.allowed", v.Allowed))
+		}
+		end(span, err)
+	}()
+	if err := CheckItems(items); err != nil {
+		return Verdict{}, fmt.Errorf("limiter: decide: %w", err)
+	}
+	sctx, cancel := s.bound(ctx)
+	v, err = s.store.Decide(sctx, items, mode)
+	cancel()
+	if err != nil {
+		if s.unavailable(ctx, err) {
+			span.SetStatus(codes.Error, err.Error())
+			span.SetAttributes(attribute.Bool("ratelimiter.degraded", true))
+			return DegradedVerdict(items, s.opts.FailureMode), nil
+		}
+		return Verdict{}, fmt.Errorf("limiter: decide: %w", err)
+	}
+	return v, nil
+}
