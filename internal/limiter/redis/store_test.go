@@ -40,6 +40,9 @@ func TestStandalone(t *testing.T) {
 	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
 	t.Run("RestoreBatchKeepsOrder", func(t *testing.T) { testRestoreBatchKeepsOrder(t, c) })
 	t.Run("Keep", func(t *testing.T) { testKeep(t, c) })
+	t.Run("DecideMatchesGo", func(t *testing.T) { testDecideMatchesGo(t, c) })
+	t.Run("DecideReplicas", func(t *testing.T) { testDecideReplicas(t, c) })
+	t.Run("Relocation", func(t *testing.T) { testRelocation(t, c) })
 	t.Run("Bound", func(t *testing.T) {
 		storetest.RunBound(t, func(t *testing.T, maxLimiters int) (limiter.Store, limiter.Store) {
 			// Two replicas: two Stores over the same prefix.
@@ -156,6 +159,35 @@ func TestCluster(t *testing.T) {
 	t.Run("Create", func(t *testing.T) { testCreate(t, c) })
 	t.Run("CreateWithinBound", func(t *testing.T) { testCreateWithinBound(t, c) })
 	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
+	t.Run("DecideMatchesGo", func(t *testing.T) { testDecideMatchesGo(t, c) })
+	t.Run("DecideReplicas", func(t *testing.T) { testDecideReplicas(t, c) })
+	t.Run("Relocation", func(t *testing.T) { testRelocation(t, c) })
+	t.Run("GroupInOneSlot", func(t *testing.T) { testGroupInOneSlot(t, c) })
+}
+
+// testGroupInOneSlot: every key of a group's limiters hashes to one slot,
+// and groups spread over the masters as limiters do.
+func testGroupInOneSlot(t *testing.T, c rueidis.Client) {
+	ctx := context.Background()
+	s := newStore(t, c)
+	slot := func(key string) int64 {
+		n, err := c.Do(ctx, c.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT %s: %v", key, err)
+		}
+		return n
+	}
+	want := slot(s.keysIn("a", "team")[0])
+	for _, name := range []string{"a", "b", "zz-9"} {
+		for _, key := range s.keysIn(name, "team") {
+			if got := slot(key); got != want {
+				t.Errorf("key %s: slot %d, want the group's %d", key, got, want)
+			}
+		}
+	}
+	if got := slot(s.keysIn("a", "other")[0]); got == want {
+		t.Errorf("groups team and other share slot %d; choose other names for this test", got)
+	}
 }
 
 func newClient(t testing.TB, addrs ...string) rueidis.Client {

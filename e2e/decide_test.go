@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ratelimiter/ratelimiter/client"
+)
+
+// decideItems builds a decision of (limiter, permits) pairs.
+func decideItems(pairs ...any) client.DecideRequest {
+	var req client.DecideRequest
+	for i := 0; i+1 < len(pairs); i += 2 {
+		n := int64(pairs[i+1].(int))
+		req.Items = append(req.Items, client.DecideItem{Limiter: pairs[i].(string), Permits: &n})
+	}
+	return req
+}
+
+func decide(t *testing.T, api *client.ClientWithResponses, req client.DecideRequest) client.Verdict {
+	t.Helper()
+	res, err := api.DecideWithResponse(t.Context(), req)
+	if err != nil {
+		t.Fatalf("decide %+v: %v", req, err)
+	}
+	if res.JSON200 == nil {
+		t.Fatalf("decide %+v: got %d %s, want 200", req, res.StatusCode(), res.Body)
+	}
+	return *res.JSON200
+}
+
+// TestDecide: a burst limit and a daily quota on one action, decided
+// together through the container's API: all or nothing, peeks take
+// nothing, and what is refused changes nothing.
+func TestDecide(t *testing.T) {
+	api := sharedService(t).api
+	group := "dec-checkout"
+	put(t, api, "dec-burst", client.LimiterSpec{Limit: 3, Period: "1h", Group: &group})
+	put(t, api, "dec-daily", client.LimiterSpec{Limit: 5, Period: "24h", Group: &group, Algorithm: ptr(client.AlgorithmSlidingLog)})
+
+	if v := decide(t, api, decideItems("dec-burst", 2, "dec-daily", 2)); !v.Allowed || v.Items[0].Remaining != 1 || v.Items[1].Remaining != 3 {
+		t.Fatalf("2 of both: got %+v, want allowed with 1 and 3 left", v)
+	}
+	v := decide(t, api, decideItems("dec-burst", 2, "dec-daily", 2))
+	if v.Allowed || v.RetryAfterMs == nil || v.Items[0].Fits || !v.Items[1].Fits {
+		t.Fatalf("2 more: got %+v, want denied by the burst limit alone", v)
+	}
+	if b, d := available(t, api, "dec-burst"), available(t, api, "dec-daily"); b != 1 || d != 3 {
+		t.Fatalf("after the denial: %d and %d left, want 1 and 3: a denied decision took something", b, d)
+	}
+	res, err := api.PeekWithResponse(t.Context(), decideItems("dec-burst", 1, "dec-daily", 3))
+	if err != nil || res.JSON200 == nil || !res.JSON200.Allowed {
+		t.Fatalf("peek: got %v %s, want allowed", err, res.Body)
+	}
+	if b, d := available(t, api, "dec-burst"), available(t, api, "dec-daily"); b != 1 || d != 3 {
+		t.Fatalf("after the peek: %d and %d left, want 1 and 3", b, d)
+	}
+
+	put(t, api, "dec-solo", client.LimiterSpec{Limit: 5, Period: "1h"})
+	for _, tc := range []struct {
+		name, body string
+		status     int
+	}{
+		{"across groups", `{"items":[{"limiter":"dec-burst"},{"limiter":"dec-solo"}]}`, http.StatusBadRequest},
+		{"unknown limiter", `{"items":[{"limiter":"dec-burst"},{"limiter":"dec-nope"}]}`, http.StatusNotFound},
+		{"zero permits", `{"items":[{"limiter":"dec-burst","permits":0}]}`, http.StatusBadRequest},
+		{"33 items", `{"items":[` + strings.Repeat(`{"limiter":"dec-burst"},`, 32) + `{"limiter":"dec-burst"}]}`, http.StatusBadRequest},
+		{"duplicate field", `{"items":[{"limiter":"dec-burst","limiter":"dec-daily"}]}`, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dres, err := api.DecideWithBodyWithResponse(t.Context(), "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkProblem(t, dres, tc.status, "/v1/decide", "")
+			pres, err := api.PeekWithBodyWithResponse(t.Context(), "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkProblem(t, pres, tc.status, "/v1/peek", "")
+		})
+	}
+	// Moving a limiter to another group is a conflict.
+	other := "dec-other"
+	pres, err := api.PutLimiterWithResponse(t.Context(), "dec-burst", client.LimiterSpec{Limit: 3, Period: "1h", Group: &other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProblem(t, pres, http.StatusConflict, "/v1/limiters/dec-burst", "")
+	if b, d, s := available(t, api, "dec-burst"), available(t, api, "dec-daily"), available(t, api, "dec-solo"); b != 1 || d != 3 || s != 5 {
+		t.Errorf("after the refusals: %d, %d and %d left, want 1, 3 and 5", b, d, s)
+	}
+}
+
+// TestDecideAcrossReplicas: 2,000 concurrent decisions through 3 replicas
+// on one Redis, each asking 1, 2 and 3 permits of three limiters of one
+// group (limits 500, 700 and 3,000 an hour). A sequential model admits
+// exactly 350 and takes 350, 700 and 1,050 permits, whatever the order.
+func TestDecideAcrossReplicas(t *testing.T) {
+	_, replicas := sharedRedis(t, 3, map[string]string{"RATELIMITER_REDIS_TIMEOUT": "2s"})
+	group := "rep"
+	limits := []int64{500, 700, 3000}
+	names := []string{"rep-a", "rep-b", "rep-c"}
+	for j, name := range names {
+		put(t, replicas[j].api, name, client.LimiterSpec{Limit: limits[j], Period: "1h", Group: &group})
+	}
+	req := decideItems(names[0], 1, names[1], 2, names[2], 3)
+	const decisions = 2000
+	var (
+		next, allowed, denied, degraded atomic.Int64
+		mu                              sync.Mutex
+		failures                        []string
+		wg                              sync.WaitGroup
+	)
+	for w := range 48 {
+		wg.Go(func() {
+			api := replicas[w%len(replicas)].api
+			for next.Add(1) <= decisions {
+				res, err := api.DecideWithResponse(t.Context(), req)
+				switch {
+				case err != nil:
+					mu.Lock()
+					failures = append(failures, err.Error())
+					mu.Unlock()
+				case res.JSON200 == nil:
+					mu.Lock()
+					failures = append(failures, res.Status()+" "+string(res.Body))
+					mu.Unlock()
+				case res.JSON200.Degraded != nil:
+					degraded.Add(1)
+				case res.JSON200.Allowed:
+					allowed.Add(1)
+				default:
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d decisions failed, first: %s", len(failures), failures[0])
+	}
+	if got := degraded.Load(); got != 0 {
+		t.Errorf("%d decisions were degraded with Redis up", got)
+	}
+	if got := allowed.Load(); got != 350 {
+		t.Errorf("admitted %d of %d decisions through 3 replicas, the sequential model admits 350", got, decisions)
+	}
+	for j, name := range names {
+		if used, want := limits[j]-available(t, replicas[(j+1)%3].api, name), int64(350*(j+1)); used != want {
+			t.Errorf("%s: %d permits taken, the model takes %d", name, used, want)
+		}
+	}
+	t.Logf("admitted %d, denied %d of %d decisions of 3 limiters through 3 replicas", allowed.Load(), denied.Load(), decisions)
+}

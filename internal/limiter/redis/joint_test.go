@@ -1,0 +1,270 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+func putIn(t testing.TB, s *Store, name, group string, p limiter.Policy) {
+	t.Helper()
+	if _, err := s.Put(context.Background(), limiter.Definition{Name: name, Policy: p, Group: group}); err != nil {
+		t.Fatalf("Put(%q in %q, %+v): %v", name, group, p, err)
+	}
+}
+
+// testDecideMatchesGo drives joint decisions on groups of two to four
+// limiters (both algorithms, policies at the bounds and at random) in Redis
+// at explicit instants, and the same decisions on in-process limiters with
+// limiter.DecideAll at the same instants, and requires identical checks at
+// every step: the script takes all or nothing exactly as the Go code does,
+// whose own property test holds it to the brute-force model.
+func testDecideMatchesGo(t *testing.T, c rueidis.Client) {
+	ctx := context.Background()
+	s := newStore(t, c)
+	rng := rand.New(rand.NewPCG(19, 23))
+	pool := append(gcraPolicies(rng, 40), logPolicies(rng, 40)...)
+	groups, steps := 60, 40
+	var decisions, checks int
+	for gi := range groups {
+		group := fmt.Sprintf("jg%d", gi)
+		k := 2 + rng.IntN(3)
+		names := make([]string, k)
+		ls := make([]*limiter.Limiter, k)
+		ps := make([]limiter.Policy, k)
+		for j := range k {
+			ps[j] = pool[rng.IntN(len(pool))].Normalize()
+			names[j] = fmt.Sprintf("%s-%d", group, j)
+			putIn(t, s, names[j], group, ps[j])
+			l, err := limiter.New(ps[j])
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls[j] = l
+		}
+		now := epochUS + rng.Int64N(1e12)
+		var retry time.Duration
+		for step := range steps {
+			n := 1 + rng.IntN(5)
+			items := make([]limiter.Item, n)
+			for i := range items {
+				j := rng.IntN(k)
+				capacity := ps[j].Limit
+				if ps[j].Algorithm == limiter.GCRA {
+					capacity = ps[j].Burst
+				}
+				items[i] = limiter.Item{Name: names[j], Permits: randPermits(rng, max(capacity/int64(n), 1))}
+			}
+			mode := limiter.Take
+			if rng.IntN(4) == 0 {
+				mode = limiter.Peek
+			}
+			got, err := s.decideAt(ctx, items, mode, us(now))
+			if err != nil {
+				t.Fatalf("group %s step %d: Decide(%+v): %v", group, step, items, err)
+			}
+			dnames, totals, index := limiter.Totals(items)
+			dls := make([]*limiter.Limiter, len(dnames))
+			for d, name := range dnames {
+				for j := range names {
+					if names[j] == name {
+						dls[d] = ls[j]
+					}
+				}
+			}
+			want := limiter.NewVerdict(items, limiter.DecideAll(now*1000, dls, totals, mode), index)
+			if got.Allowed != want.Allowed || got.ExceedsCapacity != want.ExceedsCapacity || got.RetryAfter != want.RetryAfter {
+				t.Fatalf("group %s step %d at %dµs: Decide(%+v, mode %d): got %+v, Go gives %+v", group, step, now, items, mode, got, want)
+			}
+			for i := range want.Checks {
+				if got.Checks[i] != want.Checks[i] {
+					t.Fatalf("group %s step %d at %dµs: Decide(%+v, mode %d): check %d: got %+v, Go gives %+v", group, step, now, items, mode, i, got.Checks[i], want.Checks[i])
+				}
+				checks++
+			}
+			decisions++
+			if !want.Allowed && !want.ExceedsCapacity {
+				retry = want.RetryAfter
+			}
+			now = nextNow(rng, now, ps[rng.IntN(k)], retry)
+		}
+	}
+	t.Logf("%d groups, %d joint decisions, %d checks compared", groups, decisions, checks)
+}
+
+// testDecideReplicas: three replicas (three Stores over one prefix) make
+// 2,000 concurrent joint decisions, each asking 1, 2 and 3 permits of
+// three limiters of one group whose limits are 500, 700 and 3,000 an hour.
+// Whatever the order, a sequential model admits exactly 350 of them (the
+// second limiter binds) and takes 350, 700 and 1,050 permits: any permit
+// taken by a denied decision, or any decision admitted over a limit, shows.
+func testDecideReplicas(t *testing.T, c rueidis.Client) {
+	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
+		t.Run(string(alg), func(t *testing.T) {
+			prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
+			replicas := make([]*Store, 3)
+			for i := range replicas {
+				s, err := New(c, prefix, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				replicas[i] = s
+			}
+			limits := []int64{500, 700, 3000}
+			names := []string{"rep-a", "rep-b", "rep-c"}
+			for j, name := range names {
+				putIn(t, replicas[j], name, "rep", limiter.Policy{Limit: limits[j], Period: time.Hour, Algorithm: alg})
+			}
+			items := []limiter.Item{{Name: names[0], Permits: 1}, {Name: names[1], Permits: 2}, {Name: names[2], Permits: 3}}
+			const total, workers = 2000, 24
+			var (
+				mu      sync.Mutex
+				allowed int
+				failed  []error
+				wg      sync.WaitGroup
+			)
+			next := make(chan struct{}, total)
+			for range total {
+				next <- struct{}{}
+			}
+			close(next)
+			for w := range workers {
+				s := replicas[w%len(replicas)]
+				wg.Go(func() {
+					for range next {
+						v, err := s.Decide(context.Background(), items, limiter.Take)
+						mu.Lock()
+						if err != nil {
+							failed = append(failed, err)
+						} else if v.Allowed {
+							allowed++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if len(failed) > 0 {
+				t.Fatalf("%d decisions failed, the first: %v", len(failed), failed[0])
+			}
+			if allowed != 350 {
+				t.Errorf("%d of %d decisions allowed, the sequential model allows 350", allowed, total)
+			}
+			for j, name := range names {
+				a, err := replicas[(j+1)%3].Available(context.Background(), name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if used, want := limits[j]-a.Remaining, int64(350*(j+1)); used != want {
+					t.Errorf("%s: %d permits taken, the model takes %d", name, used, want)
+				}
+			}
+			t.Logf("%s: %d of %d allowed across 3 replicas", alg, allowed, total)
+		})
+	}
+}
+
+// testRelocation: a replica that believes a limiter lives where it no
+// longer does (deleted and created in another group through another
+// replica) finds it where it now lives, for every call.
+func testRelocation(t *testing.T, c rueidis.Client) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
+	a, err := New(c, prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(c, prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := limiter.Policy{Limit: 10, Period: time.Hour}
+	moves := []struct{ from, to string }{{"", "g1"}, {"g1", "g2"}, {"g2", ""}}
+	for i, m := range moves {
+		name := fmt.Sprintf("mv%d", i)
+		putIn(t, a, name, m.from, p)
+		// b meets the limiter where it is.
+		if d, err := b.Acquire(ctx, name, 1); err != nil || !d.Allowed {
+			t.Fatalf("%s in %q: Acquire through b: %+v, %v", name, m.from, d, err)
+		}
+		if err := a.Delete(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		putIn(t, a, name, m.to, p)
+		putIn(t, a, name+"-peer", m.to, p)
+		calls := []struct {
+			what string
+			call func() error
+		}{
+			{"Acquire", func() error {
+				d, err := b.Acquire(ctx, name, 2)
+				if err == nil && (!d.Allowed || d.Remaining != 8) {
+					err = fmt.Errorf("got %+v, want 2 taken from a full limiter", d)
+				}
+				return err
+			}},
+			{"Available", func() error {
+				av, err := b.Available(ctx, name)
+				if err == nil && av.Remaining != 8 {
+					err = fmt.Errorf("got %+v, want 8 left", av)
+				}
+				return err
+			}},
+			{"Get", func() error {
+				def, err := b.Get(ctx, name)
+				if err == nil && def.Group != m.to {
+					err = fmt.Errorf("got %+v, want group %q", def, m.to)
+				}
+				return err
+			}},
+			{"AcquireBatch", func() error {
+				out := make([]limiter.Result, 2)
+				b.AcquireBatch(ctx, []limiter.Request{{Name: name, Permits: 1}, {Name: name, Permits: 1}}, out)
+				for _, r := range out {
+					if r.Err != nil {
+						return r.Err
+					}
+				}
+				if out[1].Decision.Remaining != 6 {
+					return fmt.Errorf("got %+v, want 6 left", out)
+				}
+				return nil
+			}},
+		}
+		if m.to != "" {
+			calls = append(calls, struct {
+				what string
+				call func() error
+			}{"Decide", func() error {
+				v, err := b.Decide(ctx, []limiter.Item{{Name: name, Permits: 1}, {Name: name + "-peer", Permits: 1}}, limiter.Take)
+				if err == nil && (!v.Allowed || v.Checks[0].Remaining != 5) {
+					err = fmt.Errorf("got %+v, want allowed with 5 left", v)
+				}
+				return err
+			}})
+		}
+		for _, cl := range calls {
+			if err := cl.call(); err != nil {
+				t.Errorf("move %q → %q: %s through the replica that knew the old place: %v", m.from, m.to, cl.what, err)
+			}
+		}
+		// And Delete through b, which learnt the new place.
+		if err := a.Delete(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		putIn(t, a, name, m.from, p)
+		if err := b.Delete(ctx, name); err != nil {
+			t.Errorf("move back to %q: Delete through b: %v", m.from, err)
+		}
+		if _, err := a.Get(ctx, name); err == nil {
+			t.Errorf("%s still exists after b deleted it", name)
+		}
+	}
+}
