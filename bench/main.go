@@ -3,7 +3,7 @@
 //
 //	go -C bench run .                 # every comparison; writes ../docs/benchmarks.md
 //	go -C bench run . -smoke          # one short round of each, checks the harness works
-//	go -C bench run . -only clients   # some comparisons (http, redis, latency, clients, batch, inproc)
+//	go -C bench run . -only clients   # some comparisons (http, redis, latency, clients, batch, inproc, decide)
 //
 // It builds the service from this checkout and the peers it is compared with
 // (gubernator, envoy ratelimit) from the Go module proxy at pinned versions,
@@ -63,6 +63,7 @@ var comparisons = []comparison{
 	{"clients", redisClients},
 	{"batch", batchComparison},
 	{"inproc", inprocComparison},
+	{"decide", decideComparison},
 }
 
 func main() {

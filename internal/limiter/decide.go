@@ -43,7 +43,7 @@ func CheckGroup(g string) error {
 // GroupConflict is the error of a Put that would move a limiter from group
 // old to group new; it wraps ErrGroupConflict.
 func GroupConflict(old, new string) error {
-	return fmt.Errorf("%w: it is in %s, not %s; delete it to create it in another", ErrGroupConflict, groupWords(old), groupWords(new))
+	return fmt.Errorf("%w: it is in %s and the definition puts it in %s; delete it first to move it", ErrGroupConflict, groupWords(old), groupWords(new))
 }
 
 func groupWords(g string) string {

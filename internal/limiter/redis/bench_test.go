@@ -105,3 +105,60 @@ func BenchmarkAcquireBatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecide sets a joint decision of three limiters of one group
+// beside a single acquisition and a joint decision of one, in the same run:
+// each is one script run and one round trip, so a three-limit decision
+// should cost little more than a single one. The limiters are spread over
+// 1,000 groups so that no key is hot (a hot key's single acquisitions
+// coalesce, which joint decisions do not). serial has one call in flight,
+// so its time is one round trip plus the server's work; parallel has 32
+// per GOMAXPROCS, as a busy service does.
+func BenchmarkDecide(b *testing.B) {
+	c := newClient(b, redistest.Standalone(b))
+	s := newStore(b, c)
+	ctx := context.Background()
+	const groups = 1000
+	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
+		p := limiter.Policy{Limit: 1_000_000, Period: time.Second, Algorithm: alg}
+		three := make([][]limiter.Item, groups)
+		for g := range groups {
+			for j := range 3 {
+				name := fmt.Sprintf("d-%s-%d-%d", alg, g, j)
+				putIn(b, s, name, fmt.Sprintf("dg-%s-%d", alg, g), p)
+				three[g] = append(three[g], limiter.Item{Name: name, Permits: 1})
+			}
+		}
+		calls := []struct {
+			name string
+			call func(g int) error
+		}{
+			{"acquire", func(g int) error { _, err := s.Acquire(ctx, three[g][0].Name, 1); return err }},
+			{"decide-1", func(g int) error { _, err := s.Decide(ctx, three[g][:1], limiter.Take); return err }},
+			{"decide-3", func(g int) error { _, err := s.Decide(ctx, three[g], limiter.Take); return err }},
+		}
+		for _, cl := range calls {
+			b.Run(string(alg)+"/serial/"+cl.name, func(b *testing.B) {
+				g := 0
+				for b.Loop() {
+					if err := cl.call(g % groups); err != nil {
+						b.Fatal(err)
+					}
+					g++
+				}
+			})
+			b.Run(string(alg)+"/parallel/"+cl.name, func(b *testing.B) {
+				var next atomic.Int64
+				b.SetParallelism(32)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := cl.call(int(next.Add(1) % groups)); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}

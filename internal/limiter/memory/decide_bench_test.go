@@ -1,0 +1,66 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
+)
+
+// BenchmarkDecide sets a joint decision of three limiters of one group
+// beside a single acquisition and a joint decision of one, in the same run,
+// on 1,000 groups of three limiters: serially, and from every core.
+func BenchmarkDecide(b *testing.B) {
+	ctx := context.Background()
+	s := memory.New(nil, 0)
+	const groups = 1000
+	p := limiter.Policy{Limit: limiter.MaxLimit, Period: time.Second}
+	name := func(g, j int) string { return fmt.Sprintf("d-%d-%d", g, j) }
+	for g := range groups {
+		for j := range 3 {
+			if _, err := s.Put(ctx, limiter.Definition{Name: name(g, j), Policy: p, Group: fmt.Sprintf("g%d", g)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	one := make([][]limiter.Item, groups)
+	three := make([][]limiter.Item, groups)
+	for g := range groups {
+		one[g] = []limiter.Item{{Name: name(g, 0), Permits: 1}}
+		three[g] = []limiter.Item{{Name: name(g, 0), Permits: 1}, {Name: name(g, 1), Permits: 1}, {Name: name(g, 2), Permits: 1}}
+	}
+	calls := []struct {
+		name string
+		call func(g int) error
+	}{
+		{"acquire", func(g int) error { _, err := s.Acquire(ctx, one[g][0].Name, 1); return err }},
+		{"decide-1", func(g int) error { _, err := s.Decide(ctx, one[g], limiter.Take); return err }},
+		{"decide-3", func(g int) error { _, err := s.Decide(ctx, three[g], limiter.Take); return err }},
+	}
+	for _, cl := range calls {
+		b.Run("serial/"+cl.name, func(b *testing.B) {
+			g := 0
+			for b.Loop() {
+				if err := cl.call(g % groups); err != nil {
+					b.Fatal(err)
+				}
+				g++
+			}
+		})
+		b.Run("parallel/"+cl.name, func(b *testing.B) {
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := cl.call(int(next.Add(1) % groups)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
