@@ -88,7 +88,6 @@ func New(client rueidis.Client, prefix string, maxLimiters int) (*Store, error) 
 func (s *Store) defKey(name string) string   { return s.prefix + "{" + name + "}:def" }
 func (s *Store) stateKey(name string) string { return s.prefix + "{" + name + "}:st" }
 
-
 // unavailable wraps a failure to reach or use Redis.
 func unavailable(op, name string, err error) error {
 	return fmt.Errorf("redis: %s %q: %w: %w", op, name, limiter.ErrUnavailable, err)
