@@ -77,6 +77,15 @@ const (
 	Take Mode = iota
 	// Peek records nothing: it answers what Take would answer now.
 	Peek
+	// Charge records every item's permits whether or not they fit: a
+	// limiter charged past empty is in debt, and grants nothing until
+	// time has repaid it (see Rate.Charge and Log.Charge for the caps).
+	// It reports what costs were incurred, not whether they may be.
+	Charge
+	// Refund gives every item's permits back: a limiter never holds more
+	// than when full, and a sliding log gives back its newest grants
+	// first (see Log.Refund).
+	Refund
 )
 
 // Verdict is the answer to a joint decision: all of its items' permits were
@@ -84,7 +93,8 @@ const (
 type Verdict struct {
 	// Allowed reports whether every item fits: under Take their permits
 	// were all recorded; under Peek nothing was. When false and not
-	// Degraded, nothing was recorded.
+	// Degraded, nothing was recorded. Charge and Refund always apply, and
+	// are always Allowed.
 	Allowed bool
 	// ExceedsCapacity reports that some item can never fit, however long
 	// the caller waits (see Check.ExceedsCapacity).
@@ -109,7 +119,8 @@ type Check struct {
 	Name    string
 	Permits int64
 	// Fits reports whether the item's limiter could grant it now. In a
-	// denial, the items that do not fit are the ones that denied.
+	// denial, the items that do not fit are the ones that denied. After a
+	// Charge or a Refund, which always apply, it is true.
 	Fits bool
 	// ExceedsCapacity reports that the permits asked of this limiter (the
 	// sum over the items naming it) exceed what it can ever hold.

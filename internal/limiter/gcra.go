@@ -124,3 +124,40 @@ func (r *Rate) Available(t TAT, now int64) Availability {
 		ResetAfter: r.duration(backlog),
 	}
 }
+
+// maxDebt bounds how far a Charge can put a bucket beyond empty: its TAT
+// lies at most MaxPeriod after now, so it always fits in an int64.
+func (r *Rate) maxDebt() u128 { return mul64(uint64(MaxPeriod), r.limit) }
+
+// Charge records n permits at now (as in Acquire) whether or not they fit,
+// and returns the TAT to store: a bucket charged past empty is in debt and
+// grants nothing until time has repaid it. The debt is capped: the TAT
+// lies at most MaxPeriod after now, and a charge beyond that is forgiven.
+// n must be at least 1.
+func (r *Rate) Charge(t TAT, now int64, n int64) TAT {
+	after := r.backlog(t, now).add(mul64(uint64(n), r.period))
+	if cap := r.maxDebt(); after.cmp(cap) > 0 {
+		after = cap
+	}
+	return r.tatAfter(now, after)
+}
+
+// Refund gives back n permits at now (as in Acquire) and returns the TAT to
+// store: the bucket regains n permits, but never more than it holds when
+// full. n must be at least 1.
+func (r *Rate) Refund(t TAT, now int64, n int64) TAT {
+	backlog, cost := r.backlog(t, now), mul64(uint64(n), r.period)
+	if backlog.cmp(cost) <= 0 {
+		return TAT{}
+	}
+	return r.tatAfter(now, backlog.sub(cost))
+}
+
+// tatAfter is the TAT that lies backlog (at most maxDebt) after now.
+func (r *Rate) tatAfter(now int64, backlog u128) TAT {
+	if backlog.isZero() {
+		return TAT{}
+	}
+	q, rem := backlog.divmod(r.limit)
+	return TAT{NS: clampNow(now) + int64(q), Frac: uint32(rem)}
+}

@@ -5,7 +5,8 @@ import "slices"
 // DecideAll decides at now (as in Acquire) whether totals[j] permits fit in
 // ls[j] for every j, and under Take records all of them when they do: all
 // or nothing, atomically with respect to every other call on these
-// limiters. found[j] is what ls[j] found, with Name and Permits unset (see
+// limiters. Under Charge and Refund it charges or refunds every total,
+// unconditionally, as one step. found[j] is what ls[j] found, with Name and Permits unset (see
 // NewVerdict). The limiters must be distinct and each total from 1 to
 // MaxItems·MaxLimit.
 //
@@ -28,14 +29,21 @@ func DecideAll(now int64, ls []*Limiter, totals []int64, mode Mode) (found []Che
 		ls[j].mu.Lock()
 	}
 	found = make([]Check, len(ls))
-	all := true
-	for j, l := range ls {
-		found[j] = l.fit(t, totals[j])
-		all = all && found[j].Fits
-	}
-	if all && mode == Take {
+	switch mode {
+	case Charge, Refund:
 		for j, l := range ls {
-			found[j] = l.take(t, totals[j])
+			found[j] = l.adjust(t, totals[j], mode)
+		}
+	default:
+		all := true
+		for j, l := range ls {
+			found[j] = l.fit(t, totals[j])
+			all = all && found[j].Fits
+		}
+		if all && mode == Take {
+			for j, l := range ls {
+				found[j] = l.take(t, totals[j])
+			}
 		}
 	}
 	for _, j := range order {
@@ -68,6 +76,28 @@ func (l *Limiter) take(now, n int64) Check {
 		d = l.log.Acquire(l.window, now, n)
 	}
 	return checkOf(d)
+}
+
+// adjust charges or refunds n permits, and reports the limiter as it is
+// then. l.mu must be held.
+func (l *Limiter) adjust(now, n int64, mode Mode) Check {
+	var av Availability
+	if l.gcra {
+		if mode == Charge {
+			l.tat = l.rate.Charge(l.tat, now, n)
+		} else {
+			l.tat = l.rate.Refund(l.tat, now, n)
+		}
+		av = l.rate.Available(l.tat, now)
+	} else {
+		if mode == Charge {
+			l.log.Charge(l.window, now, n)
+		} else {
+			l.log.Refund(l.window, now, n)
+		}
+		av = l.log.Available(l.window, now)
+	}
+	return Check{Fits: true, Remaining: av.Remaining, Limit: av.Limit, ResetAfter: av.ResetAfter}
 }
 
 func checkOf(d Decision) Check {

@@ -42,12 +42,18 @@ func TestDecideAllAgainstModel(t *testing.T) {
 	}
 	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
-			runJointModel(t, uint64(seed), steps)
+			runJointModel(t, uint64(seed), steps, false)
+		})
+		t.Run(fmt.Sprintf("seed-%d-charge-refund", seed), func(t *testing.T) {
+			runJointModel(t, uint64(seed), steps, true)
 		})
 	}
 }
 
-func runJointModel(t *testing.T, seed uint64, steps int) {
+// runJointModel runs one random sequence; with adjust it mixes in charges
+// (which may put a limiter in debt) and refunds, so the window bound of
+// checkContract no longer applies.
+func runJointModel(t *testing.T, seed uint64, steps int, adjust bool) {
 	rng := rand.New(rand.NewPCG(seed, 0x1017))
 	ls := make([]*limiter.Limiter, len(jointPolicies))
 	ms := make([]*model, len(jointPolicies))
@@ -68,8 +74,13 @@ func runJointModel(t *testing.T, seed uint64, steps int) {
 				perm[i] = 1 + rng.Int64N(capacity(ms[picks[i]].p)/2+2)
 			}
 			mode := limiter.Take
-			if rng.IntN(4) == 0 {
+			switch r := rng.IntN(8); {
+			case r < 2:
 				mode = limiter.Peek
+			case adjust && r < 4:
+				mode = limiter.Charge
+			case adjust && r < 6:
+				mode = limiter.Refund
 			}
 			checkJoint(t, step, ls, ms, picks, perm, now, mode)
 		case r < 7:
@@ -103,8 +114,10 @@ func runJointModel(t *testing.T, seed uint64, steps int) {
 			}
 		}
 	}
-	for j := range ms {
-		checkContract(t, ms[j].p, ms[j].grants)
+	if !adjust {
+		for j := range ms {
+			checkContract(t, ms[j].p, ms[j].grants)
+		}
 	}
 }
 
@@ -127,6 +140,23 @@ func checkJoint(t *testing.T, step int, ls []*limiter.Limiter, ms []*model, pick
 		dls[k], totals[k] = ls[j], sums[j]
 	}
 	found := limiter.DecideAll(now, dls, totals, mode)
+	if mode == limiter.Charge || mode == limiter.Refund {
+		for k, j := range distinct {
+			if mode == limiter.Charge {
+				ms[j].charge(now, sums[j])
+			} else {
+				ms[j].refund(now, sums[j])
+			}
+			c := found[k]
+			if !c.Fits || c.ExceedsCapacity || c.RetryAfter != 0 {
+				t.Fatalf("step %d: limiter %d after %d of mode %d: %+v, want it applied", step, j, sums[j], mode, c)
+			}
+			if got, want := c.Remaining, ms[j].remaining(now); got != want {
+				t.Fatalf("step %d: limiter %d after %d of mode %d: remaining %d, model %d", step, j, sums[j], mode, got, want)
+			}
+		}
+		return
+	}
 
 	allowed, exceeds := true, false
 	var retry int64

@@ -68,7 +68,55 @@ func (m *model) remaining(now int64) int64 {
 	if m.p.Algorithm == limiter.GCRA {
 		return m.gcraRemaining(now)
 	}
-	return m.p.Limit - m.slidingUsed(now)
+	return max(m.p.Limit-m.slidingUsed(now), 0)
+}
+
+// charge records n permits at now, fitting or not. A sliding log keeps at
+// most min(limit, MaxLogEntries) entries, one per instant, and a charge
+// can exceed that where grants that fit cannot: the log then merges its
+// two oldest entries into the later one (a log of one entry merges the
+// grant into it, stamped now), which counts their permits longer. The
+// model merges alike, so that it stays exact.
+func (m *model) charge(now, n int64) {
+	m.grants = append(m.grants, grant{now, n})
+	if m.p.Algorithm == limiter.GCRA {
+		return
+	}
+	var live []int // the grants in the window, one per instant
+	for i, g := range m.grants {
+		if g.at > now-int64(m.p.Period) && g.n > 0 {
+			if k := len(live); k > 0 && m.grants[live[k-1]].at == g.at {
+				m.grants[live[k-1]].n += g.n
+				m.grants[i].n = 0
+				continue
+			}
+			live = append(live, i)
+		}
+	}
+	if maxEntries := min(m.p.Limit, limiter.MaxLogEntries); int64(len(live)) > maxEntries {
+		a, b := live[0], live[1]
+		if maxEntries == 1 {
+			b = live[len(live)-1]
+		}
+		m.grants[b].n += m.grants[a].n
+		m.grants[a].n = 0
+	}
+}
+
+// refund gives n permits back at now. A token bucket regains them, up to
+// full: a grant of -n, which the formula of gcraRemaining caps at the
+// burst by itself (its bound b is the empty suffix). A sliding log drops
+// them from its newest grants.
+func (m *model) refund(now, n int64) {
+	if m.p.Algorithm == limiter.GCRA {
+		m.grants = append(m.grants, grant{now, -n})
+		return
+	}
+	for i := len(m.grants) - 1; i >= 0 && n > 0; i-- {
+		take := min(m.grants[i].n, n)
+		m.grants[i].n -= take
+		n -= take
+	}
 }
 
 func (m *model) retry(now, n int64) int64 {

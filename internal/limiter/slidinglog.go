@@ -100,7 +100,7 @@ func (l *Log) Acquire(w Window, now int64, n int64) Decision {
 // is. It forgets grants that have left the window.
 func (l *Log) fit(w Window, now int64, n int64) Decision {
 	l.expire(w, now)
-	d := Decision{Permits: n, Limit: w.limit, Remaining: w.limit - l.used, ResetAfter: l.resetAfter(w, now)}
+	d := Decision{Permits: n, Limit: w.limit, Remaining: l.remaining(w), ResetAfter: l.resetAfter(w, now)}
 	switch {
 	case n > w.limit:
 		d.ExceedsCapacity = true
@@ -138,6 +138,13 @@ func (l *Log) append(w Window, now int64, n int64) {
 		}
 	}
 	if l.size == w.maxEntries {
+		if l.size == 1 {
+			// A log of one entry (a limit of 1, charged past it) merges
+			// the grant into it, stamped with the later time.
+			e := l.at(0)
+			e.at, e.n = now, e.n+n
+			return
+		}
 		// Merge the two oldest entries into the later one.
 		first := l.at(0)
 		l.at(1).n += first.n
@@ -165,7 +172,44 @@ func (l *Log) grow(w Window) {
 func (l *Log) Available(w Window, now int64) Availability {
 	now = clampNow(now)
 	l.expire(w, now)
-	return Availability{Remaining: w.limit - l.used, Limit: w.limit, ResetAfter: l.resetAfter(w, now)}
+	return Availability{Remaining: l.remaining(w), Limit: w.limit, ResetAfter: l.resetAfter(w, now)}
+}
+
+// remaining is what the log could grant now: none while it is in debt.
+func (l *Log) remaining(w Window) int64 { return max(w.limit-l.used, 0) }
+
+// MaxLogDebt bounds how far past its limit a Charge can put a sliding
+// log: a charge beyond it is forgiven.
+const MaxLogDebt = MaxLimit
+
+// Charge records n permits at now (as in Acquire) whether or not they fit:
+// a log charged past its limit is in debt and grants nothing until enough
+// of its grants have left the window. The log holds at most Limit +
+// MaxLogDebt permits. n must be at least 1.
+func (l *Log) Charge(w Window, now int64, n int64) {
+	now = clampNow(now)
+	l.expire(w, now)
+	if n = min(n, w.limit+MaxLogDebt-l.used); n > 0 {
+		l.append(w, now, n)
+	}
+}
+
+// Refund gives back n permits, taken from the newest grants first: they
+// are the ones a caller that did not act made last. A log never holds
+// fewer than no permits. n must be at least 1.
+func (l *Log) Refund(w Window, now int64, n int64) {
+	l.expire(w, clampNow(now))
+	for n > 0 && l.size > 0 {
+		last := l.at(l.size - 1)
+		if last.n > n {
+			last.n -= n
+			l.used -= n
+			return
+		}
+		n -= last.n
+		l.used -= last.n
+		l.size--
+	}
 }
 
 // Len is the number of entries the log holds, for memory accounting.

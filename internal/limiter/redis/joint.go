@@ -11,7 +11,8 @@ import (
 )
 
 // Decide decides items together, all or nothing, in one atomic script
-// (decide.lua) at the Redis server's time: the limiters of one decision
+// (decide.lua) at the Redis server's time (or charges or refunds them all,
+// unconditionally, by mode): the limiters of one decision
 // share a group, and so a Cluster slot. The groups are checked first, from
 // what the Store knows of them; the limiters it has not met are looked up
 // in the directory, in one round trip, before that. A limiter not found
@@ -22,6 +23,9 @@ import (
 func (s *Store) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode) (limiter.Verdict, error) {
 	return s.decideAt(ctx, items, mode, "")
 }
+
+// modeArgs names each mode for decide.lua.
+var modeArgs = map[limiter.Mode]string{limiter.Take: "take", limiter.Peek: "peek", limiter.Charge: "charge", limiter.Refund: "refund"}
 
 // decideAt is Decide at nowMicros (see acquire); only tests pass one.
 func (s *Store) decideAt(ctx context.Context, items []limiter.Item, mode limiter.Mode, nowMicros string) (limiter.Verdict, error) {
@@ -62,10 +66,7 @@ func (s *Store) decideAt(ctx context.Context, items []limiter.Item, mode limiter
 			keys = append(keys, s.keysIn(name, groups[j])...)
 		}
 		args := make([]string, 2, 2+len(totals))
-		args[0], args[1] = nowMicros, "peek"
-		if mode == limiter.Take {
-			args[1] = "take"
-		}
+		args[0], args[1] = nowMicros, modeArgs[mode]
 		for _, n := range totals {
 			args = append(args, strconv.FormatInt(n, 10))
 		}

@@ -20,12 +20,13 @@ func putIn(t testing.TB, s *Store, name, group string, p limiter.Policy) {
 	}
 }
 
-// testDecideMatchesGo drives joint decisions on groups of two to four
-// limiters (both algorithms, policies at the bounds and at random) in Redis
-// at explicit instants, and the same decisions on in-process limiters with
-// limiter.DecideAll at the same instants, and requires identical checks at
-// every step: the script takes all or nothing exactly as the Go code does,
-// whose own property test holds it to the brute-force model.
+// testDecideMatchesGo drives joint decisions, charges and refunds on
+// groups of two to four limiters (both algorithms, policies at the bounds
+// and at random) in Redis at explicit instants, and the same calls on
+// in-process limiters with limiter.DecideAll at the same instants, and
+// requires identical checks at every step: the script takes all or
+// nothing, charges and refunds exactly as the Go code does, whose own
+// property test holds it to the brute-force model.
 func testDecideMatchesGo(t *testing.T, c rueidis.Client) {
 	ctx := context.Background()
 	s := newStore(t, c)
@@ -63,8 +64,13 @@ func testDecideMatchesGo(t *testing.T, c rueidis.Client) {
 				items[i] = limiter.Item{Name: names[j], Permits: randPermits(rng, max(capacity/int64(n), 1))}
 			}
 			mode := limiter.Take
-			if rng.IntN(4) == 0 {
+			switch r := rng.IntN(8); {
+			case r < 2:
 				mode = limiter.Peek
+			case r < 3:
+				mode = limiter.Charge
+			case r < 4:
+				mode = limiter.Refund
 			}
 			got, err := s.decideAt(ctx, items, mode, us(now))
 			if err != nil {

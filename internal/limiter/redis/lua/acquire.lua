@@ -78,7 +78,7 @@ local function log_decide(w, key, now, n, r)
     ra, rn = log_until(w, last_at, now)
   end
   local k = #r
-  r[k + 1], r[k + 2], r[k + 3], r[k + 4] = allowed, w.limit - used, w.limit, wa
+  r[k + 1], r[k + 2], r[k + 3], r[k + 4] = allowed, log_remaining(w, used), w.limit, wa
   r[k + 5], r[k + 6], r[k + 7], r[k + 8] = wn, ra, rn, exceeds
 end
 

@@ -19,7 +19,7 @@ local function log_available(w, key, now)
     return {1, w.limit, w.limit, 0, 0}
   end
   local ra, rn = log_until(w, l.at, now)
-  return {1, w.limit - (l.total - l.base), w.limit, ra, rn}
+  return {1, log_remaining(w, l.total - l.base), w.limit, ra, rn}
 end
 
 local d = redis.call('HMGET', KEYS[1], 'algorithm', 'limit', 'burst', 'm', 'pa', 'pb', 'ta', 'tb', 'pw', 'pr', 'pu', 'maxe')

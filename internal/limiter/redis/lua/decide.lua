@@ -4,13 +4,125 @@
 -- ARGV[2+j] permits are asked of it. When every limiter has room for what
 -- is asked of it and ARGV[2] is 'take', all of them are recorded; otherwise
 -- nothing is (grants that have left a sliding log's window are forgotten,
--- which changes no answer).
+-- which changes no answer). ARGV[2] 'peek' records nothing; 'charge'
+-- records every limiter's permits whether they fit or not (a limiter in
+-- debt grants nothing until time repays it), and 'refund' gives them back,
+-- never beyond full: both always apply, and report fits = 1.
 --
 -- Reply: {0, j} when limiter j is not defined, otherwise 1 followed by
 -- eight fields per limiter: fits, remaining, limit, retry_us, retry_ns,
 -- reset_us, reset_ns, exceeds_capacity, durations as microseconds plus
 -- nanoseconds. remaining and reset are after the grant when one was made,
 -- as the limiter stands otherwise.
+
+-- A charge never puts a bucket more than MaxPeriod (366 days) of refill in
+-- debt, nor a sliding log more than MaxLogDebt permits past its limit, as
+-- the Go code caps them.
+local MAX_DEBT_US = 31622400000000
+local MAX_LOG_DEBT = 1000000000
+
+-- gcra_adjust charges or refunds n permits of the bucket at key, and
+-- returns its remaining permits and reset time afterwards.
+local function gcra_adjust(g, key, now, n, mode)
+  local ba, bb = gcra_backlog(key, now)
+  local aa, ab
+  if mode == 'charge' then
+    -- Past the cap the rest is forgiven: bound n first, so that n * pa
+    -- stays below 2^53.
+    if g.pa > 0 and n > floor(MAX_DEBT_US / g.pa) + 1 then
+      n = floor(MAX_DEBT_US / g.pa) + 1
+    end
+    local ca, cb = gcra_cost(g, n)
+    aa, ab = ba + ca, bb + cb
+    if ab >= g.m then
+      aa, ab = aa + 1, ab - g.m
+    end
+    if aa > MAX_DEBT_US or aa == MAX_DEBT_US and ab > 0 then
+      aa, ab = MAX_DEBT_US, 0
+    end
+  else
+    aa, ab = 0, 0
+    if not (g.pa > 0 and n > floor(ba / g.pa) + 1) then
+      local ca, cb = gcra_cost(g, n)
+      if cmp2(ba, bb, ca, cb) > 0 then
+        aa, ab = ba - ca, bb - cb
+        if ab < 0 then
+          aa, ab = aa - 1, ab + g.m
+        end
+      end
+    end
+  end
+  local ra, rn = gcra_duration(g, aa, ab)
+  if aa == 0 and ab == 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, fmt(now + aa) .. ' ' .. fmt(ab), 'PXAT', fmt(expiry_ms(now + ra, rn)))
+  end
+  return gcra_remaining(g, aa, ab), ra, rn
+end
+
+-- log_adjust charges or refunds n permits of the sliding log at key, and
+-- returns its remaining permits and reset time afterwards. A refund gives
+-- back the newest grants first: every entry above the running total
+-- last_total - n goes, and the oldest of them stays with what it keeps.
+local function log_adjust(w, key, now, n, mode)
+  local l = log_read(key, w, now)
+  local last_at = l.at
+  local member, base, size, last_total = log_forget(key, l)
+  local used = last_total - base
+  if mode == 'charge' then
+    if n > w.limit + MAX_LOG_DEBT - used then
+      n = w.limit + MAX_LOG_DEBT - used
+    end
+    if n > 0 then
+      base, member, last_at = log_take(key, w, n, now, base, member, last_at, last_total, size)
+      redis.call('PEXPIREAT', key, fmt(expiry_ms(last_at + w.pw, w.pr)))
+      used = used + n
+    end
+  elseif member then
+    local target = last_total - n
+    if target <= base then
+      redis.call('DEL', key)
+      member, used = nil, 0
+    else
+      local over = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(target), '+inf', 'LIMIT', 0, 1)
+      local keep = redis.call('ZCOUNT', key, fmt(target), fmt(target)) == 0
+      redis.call('ZREMRANGEBYSCORE', key, '(' .. fmt(target), '+inf')
+      if keep then
+        redis.call('ZADD', key, fmt(target), over[1])
+      end
+      local last = redis.call('ZRANGE', key, -1, -1)
+      member, last_at, used = last[1], tonumber(last[1]), target - base
+    end
+  end
+  local ra, rn = 0, 0
+  if member then
+    ra, rn = log_until(w, last_at, now)
+  end
+  return log_remaining(w, used), ra, rn
+end
+
+-- adjust charges or refunds every limiter, unconditionally.
+local function adjust(defs, now, mode)
+  local r = {1}
+  for j = 1, #defs do
+    local key, n, d = KEYS[2 * j], tonumber(ARGV[2 + j]), defs[j]
+    local rem, ra, rn, limit
+    if d[1] == 'gcra' then
+      local g = gcra_def(d)
+      rem, ra, rn = gcra_adjust(g, key, now, n, mode)
+      limit = g.limit
+    else
+      local w = log_def(d)
+      rem, ra, rn = log_adjust(w, key, now, n, mode)
+      limit = w.limit
+    end
+    local k = #r
+    r[k + 1], r[k + 2], r[k + 3], r[k + 4] = 1, rem, limit, 0
+    r[k + 5], r[k + 6], r[k + 7], r[k + 8] = 0, ra, rn, 0
+  end
+  return r
+end
 
 local FIELDS = {'algorithm', 'limit', 'burst', 'm', 'pa', 'pb', 'ta', 'tb', 'pw', 'pr', 'pu', 'maxe'}
 
@@ -24,7 +136,11 @@ for j = 1, count do
   defs[j] = d
 end
 local now = clock(ARGV[1])
-local take = ARGV[2] == 'take'
+local mode = ARGV[2]
+if mode == 'charge' or mode == 'refund' then
+  return adjust(defs, now, mode)
+end
+local take = mode == 'take'
 
 -- First every limiter is read and judged; c holds what a grant needs.
 local cs, all = {}, true
@@ -54,7 +170,7 @@ for j = 1, count do
     c.last_at = l.at
     c.member, c.base, c.size, c.last_total = log_forget(key, l)
     c.used = c.last_total - c.base
-    c.rem = w.limit - c.used
+    c.rem = log_remaining(w, c.used)
     c.limit = w.limit
     if n > w.limit then
       c.exceeds = 1

@@ -211,6 +211,15 @@ local function log_def(d)
   }
 end
 
+-- log_remaining is what a log holding used permits could grant: none
+-- while a charge has put it in debt.
+local function log_remaining(w, used)
+  if used >= w.limit then
+    return 0
+  end
+  return w.limit - used
+end
+
 -- log_expired reports whether a grant at `at` has left the window
 -- (now - period, now].
 local function log_expired(w, at, now)
