@@ -280,7 +280,8 @@ type ItemCheck struct {
 
 	// Fits Whether the limiter could grant what is asked of it now (the
 	// sum over the items naming it). In a denial, the items that do
-	// not fit are the ones that denied.
+	// not fit are the ones that denied. True after a charge or a
+	// refund, which always apply.
 	//
 	//
 	// Example: true
@@ -632,6 +633,8 @@ type Verdict struct {
 	// Allowed Whether every item fits. For `POST /v1/decide`, all their
 	// permits were then taken; when false nothing was, unless the
 	// verdict is `degraded`. `POST /v1/peek` never takes anything.
+	// For `POST /v1/charge` and `POST /v1/refund`, which always
+	// apply, it is true (unless `degraded`).
 	//
 	//
 	// Example: true
@@ -654,10 +657,21 @@ type Verdict struct {
 	// Items One check per item, in the order asked.
 	Items []ItemCheck `json:"items"`
 
+	// Replayed Present and true when this is the remembered answer to an
+	// earlier request with the same `Idempotency-Key`: nothing was
+	// decided now, and the figures are those of that first answer.
+	//
+	//
+	// Example: true
+	Replayed *bool `json:"replayed,omitempty"`
+
 	// RetryAfterMs When denied and not `exceeds_capacity`: how long until every
 	// item fits, assuming nobody else takes permits meanwhile.
 	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
 }
+
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
 
 // LimiterName defines model for LimiterName.
 type LimiterName = string
@@ -678,6 +692,11 @@ type TenantIP = string
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type BadRequest = Problem
+
+// IdempotencyMismatch An RFC 9457 problem detail.
+//
+// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+type IdempotencyMismatch = Problem
 
 // InternalError An RFC 9457 problem detail.
 //
@@ -729,6 +748,34 @@ type Acquire = AcquireRequest
 // Example: {"items":[{"limiter":"checkout-burst","permits":1},{"limiter":"checkout-daily","permits":1}]}
 type Decide = DecideRequest
 
+// ChargeParams defines parameters for Charge.
+type ChargeParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// DecideParams defines parameters for Decide.
+type DecideParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListLimitersParams defines parameters for ListLimiters.
 type ListLimitersParams struct {
 	// PageSize The most limiters to return.
@@ -739,6 +786,20 @@ type ListLimitersParams struct {
 	PageToken *PageToken `form:"page_token,omitempty" json:"page_token,omitempty"`
 }
 
+// RefundParams defines parameters for Refund.
+type RefundParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListLowestTenantsParams defines parameters for ListLowestTenants.
 type ListLowestTenantsParams struct {
 	// K The most tenants to return.
@@ -747,6 +808,9 @@ type ListLowestTenantsParams struct {
 
 // AcquireBatchJSONRequestBody defines body for AcquireBatch for application/json ContentType.
 type AcquireBatchJSONRequestBody = BatchAcquireRequest
+
+// ChargeJSONRequestBody defines body for Charge for application/json ContentType.
+type ChargeJSONRequestBody = DecideRequest
 
 // DecideJSONRequestBody defines body for Decide for application/json ContentType.
 type DecideJSONRequestBody = DecideRequest
@@ -759,6 +823,9 @@ type AcquireJSONRequestBody = AcquireRequest
 
 // PeekJSONRequestBody defines body for Peek for application/json ContentType.
 type PeekJSONRequestBody = DecideRequest
+
+// RefundJSONRequestBody defines body for Refund for application/json ContentType.
+type RefundJSONRequestBody = DecideRequest
 
 // AcquireTenantJSONRequestBody defines body for AcquireTenant for application/json ContentType.
 type AcquireTenantJSONRequestBody = AcquireRequest
@@ -914,6 +981,50 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/acquire (the `AcquireBatch` operationId).
 	AcquireBatch(ctx context.Context, body AcquireBatchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ChargeWithBody Record permits already spent, even past the limit
+	//
+	// Records every item's permits whether or not they fit, for a cost
+	// known only afterwards (the tokens of an answer, the bytes sent).
+	// A limiter charged past empty is **in debt**: it grants nothing
+	// until time has repaid what it owes. Typical use: acquire an
+	// estimate with `POST /v1/decide` before the work, then charge the
+	// excess (or refund the difference) once the real cost is known.
+	//
+	// A charge always applies, to every item, as one step: `allowed` is
+	// true and each item reports what its limiter holds afterwards
+	// (`remaining` is 0 while in debt; `reset_after_ms` includes the
+	// debt). Debt is capped: a `gcra` bucket owes at most 366 days of
+	// refill, a `sliding_log` at most 10⁹ permits past its limit; the
+	// rest of a charge is forgiven. The group rule and refusals are those
+	// of `POST /v1/decide`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/charge (the `Charge` operationId).
+	ChargeWithBody(ctx context.Context, params *ChargeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Charge Record permits already spent, even past the limit
+	//
+	// Records every item's permits whether or not they fit, for a cost
+	// known only afterwards (the tokens of an answer, the bytes sent).
+	// A limiter charged past empty is **in debt**: it grants nothing
+	// until time has repaid what it owes. Typical use: acquire an
+	// estimate with `POST /v1/decide` before the work, then charge the
+	// excess (or refund the difference) once the real cost is known.
+	//
+	// A charge always applies, to every item, as one step: `allowed` is
+	// true and each item reports what its limiter holds afterwards
+	// (`remaining` is 0 while in debt; `reset_after_ms` includes the
+	// debt). Debt is capped: a `gcra` bucket owes at most 366 days of
+	// refill, a `sliding_log` at most 10⁹ permits past its limit; the
+	// rest of a charge is forgiven. The group rule and refusals are those
+	// of `POST /v1/decide`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/charge (the `Charge` operationId).
+	Charge(ctx context.Context, params *ChargeParams, body ChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// DecideWithBody Take permits from several limiters at once, all or nothing
 	//
 	// Decides up to 32 items together: either every item's permits are
@@ -941,7 +1052,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/decide (the `Decide` operationId).
-	DecideWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DecideWithBody(ctx context.Context, params *DecideParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Decide Take permits from several limiters at once, all or nothing
 	//
@@ -970,7 +1081,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/decide (the `Decide` operationId).
-	Decide(ctx context.Context, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	Decide(ctx context.Context, params *DecideParams, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLimiters List limiters
 	//
@@ -1096,6 +1207,38 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/peek (the `Peek` operationId).
 	Peek(ctx context.Context, body PeekJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RefundWithBody Give permits back
+	//
+	// Gives every item's permits back, for a caller that acquired and
+	// then did not act, or spent less than it acquired. A limiter never
+	// holds more than when it is full: a refund beyond what it lacks is
+	// ignored. A `sliding_log` gives back its newest grants first.
+	//
+	// A refund always applies, to every item, as one step: `allowed` is
+	// true and each item reports what its limiter holds afterwards. The
+	// group rule and refusals are those of `POST /v1/decide`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/refund (the `Refund` operationId).
+	RefundWithBody(ctx context.Context, params *RefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Refund Give permits back
+	//
+	// Gives every item's permits back, for a caller that acquired and
+	// then did not act, or spent less than it acquired. A limiter never
+	// holds more than when it is full: a refund beyond what it lacks is
+	// ignored. A `sliding_log` gives back its newest grants first.
+	//
+	// A refund always applies, to every item, as one step: `allowed` is
+	// true and each item reports what its limiter holds afterwards. The
+	// group rule and refusals are those of `POST /v1/decide`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/refund (the `Refund` operationId).
+	Refund(ctx context.Context, params *RefundParams, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLowestTenants List the tenants closest to their limit
 	//
@@ -1285,6 +1428,70 @@ func (c *Client) AcquireBatch(ctx context.Context, body AcquireBatchJSONRequestB
 	return c.Client.Do(req)
 }
 
+// ChargeWithBody Record permits already spent, even past the limit
+//
+// Records every item's permits whether or not they fit, for a cost
+// known only afterwards (the tokens of an answer, the bytes sent).
+// A limiter charged past empty is **in debt**: it grants nothing
+// until time has repaid what it owes. Typical use: acquire an
+// estimate with `POST /v1/decide` before the work, then charge the
+// excess (or refund the difference) once the real cost is known.
+//
+// A charge always applies, to every item, as one step: `allowed` is
+// true and each item reports what its limiter holds afterwards
+// (`remaining` is 0 while in debt; `reset_after_ms` includes the
+// debt). Debt is capped: a `gcra` bucket owes at most 366 days of
+// refill, a `sliding_log` at most 10⁹ permits past its limit; the
+// rest of a charge is forgiven. The group rule and refusals are those
+// of `POST /v1/decide`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/charge (the `Charge` operationId).
+func (c *Client) ChargeWithBody(ctx context.Context, params *ChargeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewChargeRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Charge Record permits already spent, even past the limit
+//
+// Records every item's permits whether or not they fit, for a cost
+// known only afterwards (the tokens of an answer, the bytes sent).
+// A limiter charged past empty is **in debt**: it grants nothing
+// until time has repaid what it owes. Typical use: acquire an
+// estimate with `POST /v1/decide` before the work, then charge the
+// excess (or refund the difference) once the real cost is known.
+//
+// A charge always applies, to every item, as one step: `allowed` is
+// true and each item reports what its limiter holds afterwards
+// (`remaining` is 0 while in debt; `reset_after_ms` includes the
+// debt). Debt is capped: a `gcra` bucket owes at most 366 days of
+// refill, a `sliding_log` at most 10⁹ permits past its limit; the
+// rest of a charge is forgiven. The group rule and refusals are those
+// of `POST /v1/decide`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/charge (the `Charge` operationId).
+func (c *Client) Charge(ctx context.Context, params *ChargeParams, body ChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewChargeRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // DecideWithBody Take permits from several limiters at once, all or nothing
 //
 // Decides up to 32 items together: either every item's permits are
@@ -1312,8 +1519,8 @@ func (c *Client) AcquireBatch(ctx context.Context, body AcquireBatchJSONRequestB
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/decide (the `Decide` operationId).
-func (c *Client) DecideWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDecideRequestWithBody(c.Server, contentType, body)
+func (c *Client) DecideWithBody(ctx context.Context, params *DecideParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDecideRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1351,8 +1558,8 @@ func (c *Client) DecideWithBody(ctx context.Context, contentType string, body io
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/decide (the `Decide` operationId).
-func (c *Client) Decide(ctx context.Context, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDecideRequest(c.Server, body)
+func (c *Client) Decide(ctx context.Context, params *DecideParams, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDecideRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1578,6 +1785,58 @@ func (c *Client) PeekWithBody(ctx context.Context, contentType string, body io.R
 // Corresponds with POST /v1/peek (the `Peek` operationId).
 func (c *Client) Peek(ctx context.Context, body PeekJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPeekRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RefundWithBody Give permits back
+//
+// Gives every item's permits back, for a caller that acquired and
+// then did not act, or spent less than it acquired. A limiter never
+// holds more than when it is full: a refund beyond what it lacks is
+// ignored. A `sliding_log` gives back its newest grants first.
+//
+// A refund always applies, to every item, as one step: `allowed` is
+// true and each item reports what its limiter holds afterwards. The
+// group rule and refusals are those of `POST /v1/decide`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/refund (the `Refund` operationId).
+func (c *Client) RefundWithBody(ctx context.Context, params *RefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRefundRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Refund Give permits back
+//
+// Gives every item's permits back, for a caller that acquired and
+// then did not act, or spent less than it acquired. A limiter never
+// holds more than when it is full: a refund beyond what it lacks is
+// ignored. A `sliding_log` gives back its newest grants first.
+//
+// A refund always applies, to every item, as one step: `allowed` is
+// true and each item reports what its limiter holds afterwards. The
+// group rule and refusals are those of `POST /v1/decide`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/refund (the `Refund` operationId).
+func (c *Client) Refund(ctx context.Context, params *RefundParams, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRefundRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1836,19 +2095,74 @@ func NewAcquireBatchRequestWithBody(server string, contentType string, body io.R
 	return req, nil
 }
 
-// NewDecideRequest calls the generic Decide builder with application/json body
-func NewDecideRequest(server string, body DecideJSONRequestBody) (*http.Request, error) {
+// NewChargeRequest calls the generic Charge builder with application/json body
+func NewChargeRequest(server string, params *ChargeParams, body ChargeJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewDecideRequestWithBody(server, "application/json", bodyReader)
+	return NewChargeRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewChargeRequestWithBody constructs an http.Request for the Charge method, with any body, and a specified content type
+func NewChargeRequestWithBody(server string, params *ChargeParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/charge")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewDecideRequest calls the generic Decide builder with application/json body
+func NewDecideRequest(server string, params *DecideParams, body DecideJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewDecideRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewDecideRequestWithBody constructs an http.Request for the Decide method, with any body, and a specified content type
-func NewDecideRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewDecideRequestWithBody(server string, params *DecideParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -1872,6 +2186,21 @@ func NewDecideRequestWithBody(server string, contentType string, body io.Reader)
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -2178,6 +2507,61 @@ func NewPeekRequestWithBody(server string, contentType string, body io.Reader) (
 	return req, nil
 }
 
+// NewRefundRequest calls the generic Refund builder with application/json body
+func NewRefundRequest(server string, params *RefundParams, body RefundJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRefundRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewRefundRequestWithBody constructs an http.Request for the Refund method, with any body, and a specified content type
+func NewRefundRequestWithBody(server string, params *RefundParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/refund")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListLowestTenantsRequest constructs an http.Request for the ListLowestTenants method
 func NewListLowestTenantsRequest(server string, params *ListLowestTenantsParams) (*http.Request, error) {
 	var err error
@@ -2469,6 +2853,50 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/acquire (the `AcquireBatch` operationId).
 	AcquireBatchWithResponse(ctx context.Context, body AcquireBatchJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireBatchResponse, error)
 
+	// ChargeWithBodyWithResponse Record permits already spent, even past the limit
+	//
+	// Records every item's permits whether or not they fit, for a cost
+	// known only afterwards (the tokens of an answer, the bytes sent).
+	// A limiter charged past empty is **in debt**: it grants nothing
+	// until time has repaid what it owes. Typical use: acquire an
+	// estimate with `POST /v1/decide` before the work, then charge the
+	// excess (or refund the difference) once the real cost is known.
+	//
+	// A charge always applies, to every item, as one step: `allowed` is
+	// true and each item reports what its limiter holds afterwards
+	// (`remaining` is 0 while in debt; `reset_after_ms` includes the
+	// debt). Debt is capped: a `gcra` bucket owes at most 366 days of
+	// refill, a `sliding_log` at most 10⁹ permits past its limit; the
+	// rest of a charge is forgiven. The group rule and refusals are those
+	// of `POST /v1/decide`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/charge (the `Charge` operationId).
+	ChargeWithBodyWithResponse(ctx context.Context, params *ChargeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ChargeResponse, error)
+
+	// ChargeWithResponse Record permits already spent, even past the limit
+	//
+	// Records every item's permits whether or not they fit, for a cost
+	// known only afterwards (the tokens of an answer, the bytes sent).
+	// A limiter charged past empty is **in debt**: it grants nothing
+	// until time has repaid what it owes. Typical use: acquire an
+	// estimate with `POST /v1/decide` before the work, then charge the
+	// excess (or refund the difference) once the real cost is known.
+	//
+	// A charge always applies, to every item, as one step: `allowed` is
+	// true and each item reports what its limiter holds afterwards
+	// (`remaining` is 0 while in debt; `reset_after_ms` includes the
+	// debt). Debt is capped: a `gcra` bucket owes at most 366 days of
+	// refill, a `sliding_log` at most 10⁹ permits past its limit; the
+	// rest of a charge is forgiven. The group rule and refusals are those
+	// of `POST /v1/decide`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/charge (the `Charge` operationId).
+	ChargeWithResponse(ctx context.Context, params *ChargeParams, body ChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*ChargeResponse, error)
+
 	// DecideWithBodyWithResponse Take permits from several limiters at once, all or nothing
 	//
 	// Decides up to 32 items together: either every item's permits are
@@ -2496,7 +2924,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/decide (the `Decide` operationId).
-	DecideWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideResponse, error)
+	DecideWithBodyWithResponse(ctx context.Context, params *DecideParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideResponse, error)
 
 	// DecideWithResponse Take permits from several limiters at once, all or nothing
 	//
@@ -2525,7 +2953,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/decide (the `Decide` operationId).
-	DecideWithResponse(ctx context.Context, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideResponse, error)
+	DecideWithResponse(ctx context.Context, params *DecideParams, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideResponse, error)
 
 	// ListLimitersWithResponse List limiters
 	//
@@ -2659,6 +3087,38 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/peek (the `Peek` operationId).
 	PeekWithResponse(ctx context.Context, body PeekJSONRequestBody, reqEditors ...RequestEditorFn) (*PeekResponse, error)
+
+	// RefundWithBodyWithResponse Give permits back
+	//
+	// Gives every item's permits back, for a caller that acquired and
+	// then did not act, or spent less than it acquired. A limiter never
+	// holds more than when it is full: a refund beyond what it lacks is
+	// ignored. A `sliding_log` gives back its newest grants first.
+	//
+	// A refund always applies, to every item, as one step: `allowed` is
+	// true and each item reports what its limiter holds afterwards. The
+	// group rule and refusals are those of `POST /v1/decide`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/refund (the `Refund` operationId).
+	RefundWithBodyWithResponse(ctx context.Context, params *RefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RefundResponse, error)
+
+	// RefundWithResponse Give permits back
+	//
+	// Gives every item's permits back, for a caller that acquired and
+	// then did not act, or spent less than it acquired. A limiter never
+	// holds more than when it is full: a refund beyond what it lacks is
+	// ignored. A `sliding_log` gives back its newest grants first.
+	//
+	// A refund always applies, to every item, as one step: `allowed` is
+	// true and each item reports what its limiter holds afterwards. The
+	// group rule and refusals are those of `POST /v1/decide`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/refund (the `Refund` operationId).
+	RefundWithResponse(ctx context.Context, params *RefundParams, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundResponse, error)
 
 	// ListLowestTenantsWithResponse List the tenants closest to their limit
 	//
@@ -2964,6 +3424,105 @@ func (r AcquireBatchResponse) ContentType() string {
 	return ""
 }
 
+// ChargeResponse200Headers the declared response headers of an HTTP 200 response for Charge
+type ChargeResponse200Headers struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      *int64
+}
+
+type ChargeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Verdict
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *IdempotencyMismatch
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ChargeResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ChargeResponse) GetJSON200() *Verdict {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ChargeResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ChargeResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ChargeResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ChargeResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ChargeResponse) GetApplicationProblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ChargeResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ChargeResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ChargeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ChargeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ChargeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ChargeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // DecideResponse200Headers the declared response headers of an HTTP 200 response for Decide
 type DecideResponse200Headers struct {
 	RateLimit       string
@@ -2984,6 +3543,8 @@ type DecideResponse struct {
 	ApplicationProblemJSON413 *PayloadTooLarge
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *IdempotencyMismatch
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -3015,6 +3576,11 @@ func (r DecideResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
 // GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r DecideResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
 	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DecideResponse) GetApplicationProblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationProblemJSON422
 }
 
 // GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3635,6 +4201,105 @@ func (r PeekResponse) ContentType() string {
 	return ""
 }
 
+// RefundResponse200Headers the declared response headers of an HTTP 200 response for Refund
+type RefundResponse200Headers struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      *int64
+}
+
+type RefundResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Verdict
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *IdempotencyMismatch
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RefundResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RefundResponse) GetJSON200() *Verdict {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RefundResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RefundResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RefundResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RefundResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RefundResponse) GetApplicationProblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RefundResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RefundResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RefundResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RefundResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RefundResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RefundResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListLowestTenantsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4021,6 +4686,62 @@ func (c *ClientWithResponses) AcquireBatchWithResponse(ctx context.Context, body
 	return ParseAcquireBatchResponse(rsp)
 }
 
+// ChargeWithBodyWithResponse Record permits already spent, even past the limit
+//
+// Records every item's permits whether or not they fit, for a cost
+// known only afterwards (the tokens of an answer, the bytes sent).
+// A limiter charged past empty is **in debt**: it grants nothing
+// until time has repaid what it owes. Typical use: acquire an
+// estimate with `POST /v1/decide` before the work, then charge the
+// excess (or refund the difference) once the real cost is known.
+//
+// A charge always applies, to every item, as one step: `allowed` is
+// true and each item reports what its limiter holds afterwards
+// (`remaining` is 0 while in debt; `reset_after_ms` includes the
+// debt). Debt is capped: a `gcra` bucket owes at most 366 days of
+// refill, a `sliding_log` at most 10⁹ permits past its limit; the
+// rest of a charge is forgiven. The group rule and refusals are those
+// of `POST /v1/decide`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/charge (the `Charge` operationId).
+func (c *ClientWithResponses) ChargeWithBodyWithResponse(ctx context.Context, params *ChargeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ChargeResponse, error) {
+	rsp, err := c.ChargeWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseChargeResponse(rsp)
+}
+
+// ChargeWithResponse Record permits already spent, even past the limit
+//
+// Records every item's permits whether or not they fit, for a cost
+// known only afterwards (the tokens of an answer, the bytes sent).
+// A limiter charged past empty is **in debt**: it grants nothing
+// until time has repaid what it owes. Typical use: acquire an
+// estimate with `POST /v1/decide` before the work, then charge the
+// excess (or refund the difference) once the real cost is known.
+//
+// A charge always applies, to every item, as one step: `allowed` is
+// true and each item reports what its limiter holds afterwards
+// (`remaining` is 0 while in debt; `reset_after_ms` includes the
+// debt). Debt is capped: a `gcra` bucket owes at most 366 days of
+// refill, a `sliding_log` at most 10⁹ permits past its limit; the
+// rest of a charge is forgiven. The group rule and refusals are those
+// of `POST /v1/decide`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/charge (the `Charge` operationId).
+func (c *ClientWithResponses) ChargeWithResponse(ctx context.Context, params *ChargeParams, body ChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*ChargeResponse, error) {
+	rsp, err := c.Charge(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseChargeResponse(rsp)
+}
+
 // DecideWithBodyWithResponse Take permits from several limiters at once, all or nothing
 //
 // Decides up to 32 items together: either every item's permits are
@@ -4048,8 +4769,8 @@ func (c *ClientWithResponses) AcquireBatchWithResponse(ctx context.Context, body
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/decide (the `Decide` operationId).
-func (c *ClientWithResponses) DecideWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideResponse, error) {
-	rsp, err := c.DecideWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) DecideWithBodyWithResponse(ctx context.Context, params *DecideParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DecideResponse, error) {
+	rsp, err := c.DecideWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4083,8 +4804,8 @@ func (c *ClientWithResponses) DecideWithBodyWithResponse(ctx context.Context, co
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/decide (the `Decide` operationId).
-func (c *ClientWithResponses) DecideWithResponse(ctx context.Context, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideResponse, error) {
-	rsp, err := c.Decide(ctx, body, reqEditors...)
+func (c *ClientWithResponses) DecideWithResponse(ctx context.Context, params *DecideParams, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideResponse, error) {
+	rsp, err := c.Decide(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4282,6 +5003,50 @@ func (c *ClientWithResponses) PeekWithResponse(ctx context.Context, body PeekJSO
 		return nil, err
 	}
 	return ParsePeekResponse(rsp)
+}
+
+// RefundWithBodyWithResponse Give permits back
+//
+// Gives every item's permits back, for a caller that acquired and
+// then did not act, or spent less than it acquired. A limiter never
+// holds more than when it is full: a refund beyond what it lacks is
+// ignored. A `sliding_log` gives back its newest grants first.
+//
+// A refund always applies, to every item, as one step: `allowed` is
+// true and each item reports what its limiter holds afterwards. The
+// group rule and refusals are those of `POST /v1/decide`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/refund (the `Refund` operationId).
+func (c *ClientWithResponses) RefundWithBodyWithResponse(ctx context.Context, params *RefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RefundResponse, error) {
+	rsp, err := c.RefundWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRefundResponse(rsp)
+}
+
+// RefundWithResponse Give permits back
+//
+// Gives every item's permits back, for a caller that acquired and
+// then did not act, or spent less than it acquired. A limiter never
+// holds more than when it is full: a refund beyond what it lacks is
+// ignored. A `sliding_log` gives back its newest grants first.
+//
+// A refund always applies, to every item, as one step: `allowed` is
+// true and each item reports what its limiter holds afterwards. The
+// group rule and refusals are those of `POST /v1/decide`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/refund (the `Refund` operationId).
+func (c *ClientWithResponses) RefundWithResponse(ctx context.Context, params *RefundParams, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundResponse, error) {
+	rsp, err := c.Refund(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRefundResponse(rsp)
 }
 
 // ListLowestTenantsWithResponse List the tenants closest to their limit
@@ -4542,6 +5307,108 @@ func ParseAcquireBatchResponse(rsp *http.Response) (*AcquireBatchResponse, error
 	return response, nil
 }
 
+// ParseChargeResponse parses an HTTP response from a ChargeWithResponse call
+func ParseChargeResponse(rsp *http.Response) (*ChargeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ChargeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Verdict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ChargeResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseDecideResponse parses an HTTP response from a DecideWithResponse call
 func ParseDecideResponse(rsp *http.Response) (*DecideResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4590,6 +5457,13 @@ func ParseDecideResponse(rsp *http.Response) (*DecideResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
@@ -5150,6 +6024,108 @@ func ParsePeekResponse(rsp *http.Response) (*PeekResponse, error) {
 	switch {
 	case rsp.StatusCode == 200:
 		var headers PeekResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRefundResponse parses an HTTP response from a RefundWithResponse call
+func ParseRefundResponse(rsp *http.Response) (*RefundResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RefundResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Verdict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RefundResponse200Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

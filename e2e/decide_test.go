@@ -22,7 +22,7 @@ func decideItems(pairs ...any) client.DecideRequest {
 
 func decide(t *testing.T, api *client.ClientWithResponses, req client.DecideRequest) client.Verdict {
 	t.Helper()
-	res, err := api.DecideWithResponse(t.Context(), req)
+	res, err := api.DecideWithResponse(t.Context(), nil, req)
 	if err != nil {
 		t.Fatalf("decide %+v: %v", req, err)
 	}
@@ -34,7 +34,8 @@ func decide(t *testing.T, api *client.ClientWithResponses, req client.DecideRequ
 
 // TestDecide: a burst limit and a daily quota on one action, decided
 // together through the container's API: all or nothing, peeks take
-// nothing, and what is refused changes nothing.
+// nothing, charges go into debt and refunds pay it off, and what is
+// refused changes nothing.
 func TestDecide(t *testing.T) {
 	api := sharedService(t).api
 	group := "dec-checkout"
@@ -59,7 +60,36 @@ func TestDecide(t *testing.T) {
 		t.Fatalf("after the peek: %d and %d left, want 1 and 3", b, d)
 	}
 
+	// Charge 3 more than the burst limiter holds: it is in debt, and a
+	// refund pays the debt off before it gives anything back.
+	cres, err := api.ChargeWithResponse(t.Context(), nil, decideItems("dec-burst", 4, "dec-daily", 1))
+	if err != nil || cres.JSON200 == nil || !cres.JSON200.Allowed || cres.JSON200.Items[0].Remaining != 0 || cres.JSON200.Items[1].Remaining != 2 {
+		t.Fatalf("charge 4 and 1: got %v %s, want applied with 0 and 2 left", err, cres.Body)
+	}
+	if v := decide(t, api, decideItems("dec-burst", 1, "dec-daily", 1)); v.Allowed {
+		t.Fatalf("decide in debt: got %+v, want denied", v)
+	}
+	rres, err := api.RefundWithResponse(t.Context(), nil, decideItems("dec-burst", 4, "dec-daily", 1))
+	if err != nil || rres.JSON200 == nil || rres.JSON200.Items[0].Remaining != 1 || rres.JSON200.Items[1].Remaining != 3 {
+		t.Fatalf("refund 4 and 1: got %v %s, want 1 and 3 left", err, rres.Body)
+	}
+
 	put(t, api, "dec-solo", client.LimiterSpec{Limit: 5, Period: "1h"})
+	key := &client.DecideParams{IdempotencyKey: ptr("dec-key-1")}
+	for i := range 3 {
+		res, err := api.DecideWithResponse(t.Context(), key, decideItems("dec-solo", 2))
+		if err != nil || res.JSON200 == nil || !res.JSON200.Allowed || (res.JSON200.Replayed != nil) != (i > 0) {
+			t.Fatalf("decide with a key, call %d: %v %s", i, err, res.Body)
+		}
+	}
+	kres, err := api.DecideWithResponse(t.Context(), key, decideItems("dec-solo", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProblem(t, kres, http.StatusUnprocessableEntity, "/v1/decide", "")
+	if got := available(t, api, "dec-solo"); got != 3 {
+		t.Fatalf("after one decision of 2 sent 3 times with one key: %d left, want 3", got)
+	}
 	for _, tc := range []struct {
 		name, body string
 		status     int
@@ -71,7 +101,7 @@ func TestDecide(t *testing.T) {
 		{"duplicate field", `{"items":[{"limiter":"dec-burst","limiter":"dec-daily"}]}`, http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dres, err := api.DecideWithBodyWithResponse(t.Context(), "application/json", strings.NewReader(tc.body))
+			dres, err := api.DecideWithBodyWithResponse(t.Context(), nil, "application/json", strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,8 +120,8 @@ func TestDecide(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkProblem(t, pres, http.StatusConflict, "/v1/limiters/dec-burst", "")
-	if b, d, s := available(t, api, "dec-burst"), available(t, api, "dec-daily"), available(t, api, "dec-solo"); b != 1 || d != 3 || s != 5 {
-		t.Errorf("after the refusals: %d, %d and %d left, want 1, 3 and 5", b, d, s)
+	if b, d, s := available(t, api, "dec-burst"), available(t, api, "dec-daily"), available(t, api, "dec-solo"); b != 1 || d != 3 || s != 3 {
+		t.Errorf("after the refusals: %d, %d and %d left, want 1, 3 and 3", b, d, s)
 	}
 }
 
@@ -119,7 +149,7 @@ func TestDecideAcrossReplicas(t *testing.T) {
 		wg.Go(func() {
 			api := replicas[w%len(replicas)].api
 			for next.Add(1) <= decisions {
-				res, err := api.DecideWithResponse(t.Context(), req)
+				res, err := api.DecideWithResponse(t.Context(), nil, req)
 				switch {
 				case err != nil:
 					mu.Lock()
@@ -155,4 +185,21 @@ func TestDecideAcrossReplicas(t *testing.T) {
 		}
 	}
 	t.Logf("admitted %d, denied %d of %d decisions of 3 limiters through 3 replicas", allowed.Load(), denied.Load(), decisions)
+
+	// A charge retried with its Idempotency-Key through another replica,
+	// as a client does after a timeout, is charged once.
+	put(t, replicas[0].api, "rep-once", client.LimiterSpec{Limit: 100, Period: "1h"})
+	key := &client.ChargeParams{IdempotencyKey: ptr("retry-after-timeout")}
+	for i, r := range replicas {
+		res, err := r.api.ChargeWithResponse(t.Context(), key, decideItems("rep-once", 30))
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("charge through replica %d: %v %s", i, err, res.Body)
+		}
+		if replayed := res.JSON200.Replayed != nil && *res.JSON200.Replayed; replayed != (i > 0) || res.JSON200.Items[0].Remaining != 70 {
+			t.Errorf("charge through replica %d: got %s, want 70 left, replayed %v", i, res.Body, i > 0)
+		}
+	}
+	if got := available(t, replicas[2].api, "rep-once"); got != 70 {
+		t.Errorf("after a charge of 30 sent 3 times with one key: %d left, want 70", got)
+	}
 }

@@ -33,9 +33,12 @@ type ServerInterface interface {
 	// AcquireBatch Acquire permits from many limiters at once
 	// (POST /v1/acquire)
 	AcquireBatch(w http.ResponseWriter, r *http.Request)
+	// Charge Record permits already spent, even past the limit
+	// (POST /v1/charge)
+	Charge(w http.ResponseWriter, r *http.Request, params ChargeParams)
 	// Decide Take permits from several limiters at once, all or nothing
 	// (POST /v1/decide)
-	Decide(w http.ResponseWriter, r *http.Request)
+	Decide(w http.ResponseWriter, r *http.Request, params DecideParams)
 	// ListLimiters List limiters
 	// (GET /v1/limiters)
 	ListLimiters(w http.ResponseWriter, r *http.Request, params ListLimitersParams)
@@ -57,6 +60,9 @@ type ServerInterface interface {
 	// Peek Check several limiters at once without taking anything
 	// (POST /v1/peek)
 	Peek(w http.ResponseWriter, r *http.Request)
+	// Refund Give permits back
+	// (POST /v1/refund)
+	Refund(w http.ResponseWriter, r *http.Request, params RefundParams)
 	// ListLowestTenants List the tenants closest to their limit
 	// (GET /v1/tenants/lowest)
 	ListLowestTenants(w http.ResponseWriter, r *http.Request, params ListLowestTenantsParams)
@@ -105,9 +111,15 @@ func (_ Unimplemented) AcquireBatch(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// Charge Record permits already spent, even past the limit
+// (POST /v1/charge)
+func (_ Unimplemented) Charge(w http.ResponseWriter, r *http.Request, params ChargeParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // Decide Take permits from several limiters at once, all or nothing
 // (POST /v1/decide)
-func (_ Unimplemented) Decide(w http.ResponseWriter, r *http.Request) {
+func (_ Unimplemented) Decide(w http.ResponseWriter, r *http.Request, params DecideParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -150,6 +162,12 @@ func (_ Unimplemented) GetAvailable(w http.ResponseWriter, r *http.Request, name
 // Peek Check several limiters at once without taking anything
 // (POST /v1/peek)
 func (_ Unimplemented) Peek(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// Refund Give permits back
+// (POST /v1/refund)
+func (_ Unimplemented) Refund(w http.ResponseWriter, r *http.Request, params RefundParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -256,11 +274,79 @@ func (siw *ServerInterfaceWrapper) AcquireBatch(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// Charge operation middleware
+func (siw *ServerInterfaceWrapper) Charge(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ChargeParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Charge(w, r, params)
+	}))
+
+	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
+		handler = siw.HandlerMiddlewares[i](handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // Decide operation middleware
 func (siw *ServerInterfaceWrapper) Decide(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DecideParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.Decide(w, r)
+		siw.Handler.Decide(w, r, params)
 	}))
 
 	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
@@ -451,6 +537,47 @@ func (siw *ServerInterfaceWrapper) Peek(w http.ResponseWriter, r *http.Request) 
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Peek(w, r)
+	}))
+
+	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
+		handler = siw.HandlerMiddlewares[i](handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Refund operation middleware
+func (siw *ServerInterfaceWrapper) Refund(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RefundParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Refund(w, r, params)
 	}))
 
 	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
@@ -700,6 +827,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/v1/peek", wrapper.Peek)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/charge", wrapper.Charge)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/refund", wrapper.Refund)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/tenants/{ip}/acquire", wrapper.AcquireTenant)
 	})
 	r.Group(func(r chi.Router) {
@@ -728,6 +861,8 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 }
 
 type BadRequestApplicationProblemPlusJSONResponse Problem
+
+type IdempotencyMismatchApplicationProblemPlusJSONResponse Problem
 
 type InternalErrorApplicationProblemPlusJSONResponse Problem
 
@@ -971,8 +1106,149 @@ func (response AcquireBatch503ApplicationProblemPlusJSONResponse) VisitAcquireBa
 	return err
 }
 
+type ChargeRequestObject struct {
+	Params ChargeParams
+	Body   *ChargeJSONRequestBody
+}
+
+type ChargeResponseObject interface {
+	VisitChargeResponse(w http.ResponseWriter) error
+}
+
+type Charge200JSONResponse struct{ VerdictJSONResponse }
+
+func (response Charge200JSONResponse) VisitChargeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("RateLimit", fmt.Sprint(response.Headers.RateLimit))
+	w.Header().Set("RateLimit-Policy", fmt.Sprint(response.Headers.RateLimitPolicy))
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Charge400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Charge400ApplicationProblemPlusJSONResponse) VisitChargeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Charge404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response Charge404ApplicationProblemPlusJSONResponse) VisitChargeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Charge413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response Charge413ApplicationProblemPlusJSONResponse) VisitChargeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Charge415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response Charge415ApplicationProblemPlusJSONResponse) VisitChargeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Charge422ApplicationProblemPlusJSONResponse struct {
+	IdempotencyMismatchApplicationProblemPlusJSONResponse
+}
+
+func (response Charge422ApplicationProblemPlusJSONResponse) VisitChargeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Charge500ApplicationProblemPlusJSONResponse struct {
+	InternalErrorApplicationProblemPlusJSONResponse
+}
+
+func (response Charge500ApplicationProblemPlusJSONResponse) VisitChargeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Charge503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Charge503ApplicationProblemPlusJSONResponse) VisitChargeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DecideRequestObject struct {
-	Body *DecideJSONRequestBody
+	Params DecideParams
+	Body   *DecideJSONRequestBody
 }
 
 type DecideResponseObject interface {
@@ -1058,6 +1334,22 @@ func (response Decide415ApplicationProblemPlusJSONResponse) VisitDecideResponse(
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Decide422ApplicationProblemPlusJSONResponse struct {
+	IdempotencyMismatchApplicationProblemPlusJSONResponse
+}
+
+func (response Decide422ApplicationProblemPlusJSONResponse) VisitDecideResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1857,6 +2149,146 @@ func (response Peek503ApplicationProblemPlusJSONResponse) VisitPeekResponse(w ht
 	return err
 }
 
+type RefundRequestObject struct {
+	Params RefundParams
+	Body   *RefundJSONRequestBody
+}
+
+type RefundResponseObject interface {
+	VisitRefundResponse(w http.ResponseWriter) error
+}
+
+type Refund200JSONResponse struct{ VerdictJSONResponse }
+
+func (response Refund200JSONResponse) VisitRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("RateLimit", fmt.Sprint(response.Headers.RateLimit))
+	w.Header().Set("RateLimit-Policy", fmt.Sprint(response.Headers.RateLimitPolicy))
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Refund400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response Refund400ApplicationProblemPlusJSONResponse) VisitRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Refund404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response Refund404ApplicationProblemPlusJSONResponse) VisitRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Refund413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response Refund413ApplicationProblemPlusJSONResponse) VisitRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Refund415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response Refund415ApplicationProblemPlusJSONResponse) VisitRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Refund422ApplicationProblemPlusJSONResponse struct {
+	IdempotencyMismatchApplicationProblemPlusJSONResponse
+}
+
+func (response Refund422ApplicationProblemPlusJSONResponse) VisitRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Refund500ApplicationProblemPlusJSONResponse struct {
+	InternalErrorApplicationProblemPlusJSONResponse
+}
+
+func (response Refund500ApplicationProblemPlusJSONResponse) VisitRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Refund503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response Refund503ApplicationProblemPlusJSONResponse) VisitRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListLowestTenantsRequestObject struct {
 	Params ListLowestTenantsParams
 }
@@ -2178,6 +2610,9 @@ type StrictServerInterface interface {
 	// AcquireBatch Acquire permits from many limiters at once
 	// (POST /v1/acquire)
 	AcquireBatch(ctx context.Context, request AcquireBatchRequestObject) (AcquireBatchResponseObject, error)
+	// Charge Record permits already spent, even past the limit
+	// (POST /v1/charge)
+	Charge(ctx context.Context, request ChargeRequestObject) (ChargeResponseObject, error)
 	// Decide Take permits from several limiters at once, all or nothing
 	// (POST /v1/decide)
 	Decide(ctx context.Context, request DecideRequestObject) (DecideResponseObject, error)
@@ -2202,6 +2637,9 @@ type StrictServerInterface interface {
 	// Peek Check several limiters at once without taking anything
 	// (POST /v1/peek)
 	Peek(ctx context.Context, request PeekRequestObject) (PeekResponseObject, error)
+	// Refund Give permits back
+	// (POST /v1/refund)
+	Refund(ctx context.Context, request RefundRequestObject) (RefundResponseObject, error)
 	// ListLowestTenants List the tenants closest to their limit
 	// (GET /v1/tenants/lowest)
 	ListLowestTenants(ctx context.Context, request ListLowestTenantsRequestObject) (ListLowestTenantsResponseObject, error)
@@ -2382,9 +2820,44 @@ func (sh *strictHandler) AcquireBatch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// Charge operation middleware
+func (sh *strictHandler) Charge(w http.ResponseWriter, r *http.Request, params ChargeParams) {
+	var request ChargeRequestObject
+
+	request.Params = params
+
+	var body ChargeJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Charge(ctx, request.(ChargeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Charge")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ChargeResponseObject); ok {
+		if err := validResponse.VisitChargeResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // Decide operation middleware
-func (sh *strictHandler) Decide(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) Decide(w http.ResponseWriter, r *http.Request, params DecideParams) {
 	var request DecideRequestObject
+
+	request.Params = params
 
 	var body DecideJSONRequestBody
 	if err := runtime.BindJSONBody(r, &body); err != nil {
@@ -2610,6 +3083,39 @@ func (sh *strictHandler) Peek(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(PeekResponseObject); ok {
 		if err := validResponse.VisitPeekResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Refund operation middleware
+func (sh *strictHandler) Refund(w http.ResponseWriter, r *http.Request, params RefundParams) {
+	var request RefundRequestObject
+
+	request.Params = params
+
+	var body RefundJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Refund(ctx, request.(RefundRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Refund")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RefundResponseObject); ok {
+		if err := validResponse.VisitRefundResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

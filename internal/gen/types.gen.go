@@ -265,7 +265,8 @@ type ItemCheck struct {
 
 	// Fits Whether the limiter could grant what is asked of it now (the
 	// sum over the items naming it). In a denial, the items that do
-	// not fit are the ones that denied.
+	// not fit are the ones that denied. True after a charge or a
+	// refund, which always apply.
 	//
 	//
 	// Example: true
@@ -617,6 +618,8 @@ type Verdict struct {
 	// Allowed Whether every item fits. For `POST /v1/decide`, all their
 	// permits were then taken; when false nothing was, unless the
 	// verdict is `degraded`. `POST /v1/peek` never takes anything.
+	// For `POST /v1/charge` and `POST /v1/refund`, which always
+	// apply, it is true (unless `degraded`).
 	//
 	//
 	// Example: true
@@ -639,10 +642,21 @@ type Verdict struct {
 	// Items One check per item, in the order asked.
 	Items []ItemCheck `json:"items"`
 
+	// Replayed Present and true when this is the remembered answer to an
+	// earlier request with the same `Idempotency-Key`: nothing was
+	// decided now, and the figures are those of that first answer.
+	//
+	//
+	// Example: true
+	Replayed *bool `json:"replayed,omitempty"`
+
 	// RetryAfterMs When denied and not `exceeds_capacity`: how long until every
 	// item fits, assuming nobody else takes permits meanwhile.
 	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
 }
+
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
 
 // LimiterName defines model for LimiterName.
 type LimiterName = string
@@ -663,6 +677,11 @@ type TenantIP = string
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type BadRequest = Problem
+
+// IdempotencyMismatch An RFC 9457 problem detail.
+//
+// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+type IdempotencyMismatch = Problem
 
 // InternalError An RFC 9457 problem detail.
 //
@@ -714,6 +733,34 @@ type Acquire = AcquireRequest
 // Example: {"items":[{"limiter":"checkout-burst","permits":1},{"limiter":"checkout-daily","permits":1}]}
 type Decide = DecideRequest
 
+// ChargeParams defines parameters for Charge.
+type ChargeParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// DecideParams defines parameters for Decide.
+type DecideParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListLimitersParams defines parameters for ListLimiters.
 type ListLimitersParams struct {
 	// PageSize The most limiters to return.
@@ -724,6 +771,20 @@ type ListLimitersParams struct {
 	PageToken *PageToken `form:"page_token,omitempty" json:"page_token,omitempty"`
 }
 
+// RefundParams defines parameters for Refund.
+type RefundParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListLowestTenantsParams defines parameters for ListLowestTenants.
 type ListLowestTenantsParams struct {
 	// K The most tenants to return.
@@ -732,6 +793,9 @@ type ListLowestTenantsParams struct {
 
 // AcquireBatchJSONRequestBody defines body for AcquireBatch for application/json ContentType.
 type AcquireBatchJSONRequestBody = BatchAcquireRequest
+
+// ChargeJSONRequestBody defines body for Charge for application/json ContentType.
+type ChargeJSONRequestBody = DecideRequest
 
 // DecideJSONRequestBody defines body for Decide for application/json ContentType.
 type DecideJSONRequestBody = DecideRequest
@@ -744,6 +808,9 @@ type AcquireJSONRequestBody = AcquireRequest
 
 // PeekJSONRequestBody defines body for Peek for application/json ContentType.
 type PeekJSONRequestBody = DecideRequest
+
+// RefundJSONRequestBody defines body for Refund for application/json ContentType.
+type RefundJSONRequestBody = DecideRequest
 
 // AcquireTenantJSONRequestBody defines body for AcquireTenant for application/json ContentType.
 type AcquireTenantJSONRequestBody = AcquireRequest

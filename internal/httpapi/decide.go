@@ -15,7 +15,7 @@ import (
 
 // Decide takes permits from several limiters, all or nothing.
 func (s *server) Decide(ctx context.Context, req gen.DecideRequestObject) (gen.DecideResponseObject, error) {
-	a, err := s.decide(ctx, req.Body, limiter.Take)
+	a, err := s.decide(ctx, req.Body, limiter.Take, req.Params.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}
@@ -24,14 +24,32 @@ func (s *server) Decide(ctx context.Context, req gen.DecideRequestObject) (gen.D
 
 // Peek answers what Decide would, taking nothing.
 func (s *server) Peek(ctx context.Context, req gen.PeekRequestObject) (gen.PeekResponseObject, error) {
-	a, err := s.decide(ctx, req.Body, limiter.Peek)
+	a, err := s.decide(ctx, req.Body, limiter.Peek, nil)
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
-func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limiter.Mode) (*verdictAnswer, error) {
+// Charge records permits already spent, fitting or not.
+func (s *server) Charge(ctx context.Context, req gen.ChargeRequestObject) (gen.ChargeResponseObject, error) {
+	a, err := s.decide(ctx, req.Body, limiter.Charge, req.Params.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Refund gives permits back.
+func (s *server) Refund(ctx context.Context, req gen.RefundRequestObject) (gen.RefundResponseObject, error) {
+	a, err := s.decide(ctx, req.Body, limiter.Refund, req.Params.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limiter.Mode, onceKey *string) (*verdictAnswer, error) {
 	if body == nil {
 		return nil, invalid("body", "is required")
 	}
@@ -42,11 +60,15 @@ func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limit
 			items[i].Permits = *it.Permits
 		}
 	}
-	v, err := s.limiters.Decide(ctx, items, mode)
+	once := ""
+	if onceKey != nil {
+		once = *onceKey
+	}
+	v, err := s.limiters.Decide(ctx, items, mode, once)
 	if err != nil {
 		return nil, decideProblem(err)
 	}
-	if mode == limiter.Take {
+	if mode == limiter.Take && !v.Replayed {
 		for _, c := range v.Checks {
 			s.tel.decided(c.Name, limiter.Decision{Permits: c.Permits, Allowed: v.Allowed, Degraded: v.Degraded})
 		}
@@ -84,6 +106,12 @@ func decideProblem(err error) error {
 		return rejected("body.items", reason(err, limiter.ErrInvalidName))
 	case errors.Is(err, limiter.ErrInvalidPermits):
 		return rejected("body.items", reason(err, limiter.ErrInvalidPermits))
+	case errors.Is(err, limiter.ErrInvalidOnceKey):
+		return rejected("header.Idempotency-Key", reason(err, limiter.ErrInvalidOnceKey))
+	case errors.Is(err, limiter.ErrOnceMismatch):
+		return &problem{status: http.StatusUnprocessableEntity, detail: "The Idempotency-Key was already used for a request with another body; use a new key for a new request."}
+	case errors.Is(err, limiter.ErrTooManyOnce):
+		return &problem{status: http.StatusServiceUnavailable, detail: "The server remembers as many idempotency keys as it can; retry later, or without a key."}
 	}
 	return err
 }
@@ -98,10 +126,14 @@ type verdictAnswer struct {
 var (
 	_ gen.DecideResponseObject = (*verdictAnswer)(nil)
 	_ gen.PeekResponseObject   = (*verdictAnswer)(nil)
+	_ gen.ChargeResponseObject = (*verdictAnswer)(nil)
+	_ gen.RefundResponseObject = (*verdictAnswer)(nil)
 )
 
 func (a *verdictAnswer) VisitDecideResponse(w http.ResponseWriter) error { return a.write(w) }
 func (a *verdictAnswer) VisitPeekResponse(w http.ResponseWriter) error   { return a.write(w) }
+func (a *verdictAnswer) VisitChargeResponse(w http.ResponseWriter) error { return a.write(w) }
+func (a *verdictAnswer) VisitRefundResponse(w http.ResponseWriter) error { return a.write(w) }
 
 func (a *verdictAnswer) write(w http.ResponseWriter) error {
 	v := a.v
@@ -109,6 +141,10 @@ func (a *verdictAnswer) write(w http.ResponseWriter) error {
 	if v.Degraded {
 		t := true
 		body.Degraded = &t
+	}
+	if v.Replayed {
+		t := true
+		body.Replayed = &t
 	}
 	retry := !v.Allowed && !v.ExceedsCapacity && !v.Degraded
 	if retry {

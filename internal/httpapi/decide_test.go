@@ -26,7 +26,7 @@ func TestDecideBurstAndDaily(t *testing.T) {
 	e.put("burst", client.LimiterSpec{Limit: 5, Period: "1s", Group: ptr("checkout")})
 	e.put("daily", client.LimiterSpec{Limit: 8, Period: "24h", Group: ptr("checkout")})
 
-	res, err := e.c.DecideWithResponse(ctx, items("burst", 3, "daily", 3))
+	res, err := e.c.DecideWithResponse(ctx, nil, items("burst", 3, "daily", 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestDecideBurstAndDaily(t *testing.T) {
 	}
 
 	// 3 more: the burst limiter has 2 left, so neither gives anything.
-	res, err = e.c.DecideWithResponse(ctx, items("burst", 3, "daily", 3))
+	res, err = e.c.DecideWithResponse(ctx, nil, items("burst", 3, "daily", 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestDecideBurstAndDaily(t *testing.T) {
 
 	// Once the wait has passed, both fit.
 	e.clock.Advance(200 * time.Millisecond)
-	if res, err := e.c.DecideWithResponse(ctx, items("burst", 3, "daily", 3)); err != nil || res.JSON200 == nil || !res.JSON200.Allowed {
+	if res, err := e.c.DecideWithResponse(ctx, nil, items("burst", 3, "daily", 3)); err != nil || res.JSON200 == nil || !res.JSON200.Allowed {
 		t.Fatalf("after 200 ms: got %v %s, want allowed", err, res.Body)
 	}
 }
@@ -189,7 +189,7 @@ func TestGroupConflict(t *testing.T) {
 func TestDecideDuplicates(t *testing.T) {
 	e := newEnv(t, nil)
 	e.put("solo", client.LimiterSpec{Limit: 5, Period: "1h"})
-	res, err := e.c.DecideWithResponse(ctx, items("solo", 2, "solo", 2))
+	res, err := e.c.DecideWithResponse(ctx, nil, items("solo", 2, "solo", 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestDecideDuplicates(t *testing.T) {
 	if got := res.HTTPResponse.Header.Get("RateLimit-Policy"); got != `"solo";q=5;w=3600` {
 		t.Errorf("RateLimit-Policy: got %q, want the limiter once", got)
 	}
-	res, err = e.c.DecideWithResponse(ctx, items("solo", 1, "solo", 1))
+	res, err = e.c.DecideWithResponse(ctx, nil, items("solo", 1, "solo", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,5 +208,86 @@ func TestDecideDuplicates(t *testing.T) {
 	}
 	if got := e.available("solo"); got != 1 {
 		t.Errorf("after the denial: %d left, want 1", got)
+	}
+}
+
+// TestChargeAndRefund: an LLM token budget through the generated client:
+// acquire an estimate, charge the excess into debt, refund what was left.
+func TestChargeAndRefund(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("tokens", client.LimiterSpec{Limit: 1000, Period: "1m"})
+	if res, err := e.c.DecideWithResponse(ctx, nil, items("tokens", 300)); err != nil || res.JSON200 == nil || !res.JSON200.Allowed {
+		t.Fatalf("estimate: %v %s", err, res.Body)
+	}
+	res, err := e.c.ChargeWithResponse(ctx, nil, items("tokens", 1200))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := res.JSON200
+	if v == nil || !v.Allowed || !v.Items[0].Fits || v.Items[0].Remaining != 0 || v.RetryAfterMs != nil {
+		t.Fatalf("charge 1,200 with 700 left: got %d %s, want applied with 0 left", res.StatusCode(), res.Body)
+	}
+	// 1,500 of 1,000 a minute: 500 in debt, repaid in 30 s, full in 90 s.
+	if got, want := v.Items[0].ResetAfterMs, int64(90_000); got != want {
+		t.Errorf("reset_after_ms: got %d, want %d", got, want)
+	}
+	if got := res.HTTPResponse.Header.Get("Retry-After"); got != "" {
+		t.Errorf("Retry-After on a charge: %q", got)
+	}
+	e.clock.Advance(30 * time.Second)
+	if got := e.available("tokens"); got != 0 {
+		t.Errorf("after 30 s: %d left, want 0: the debt is just repaid", got)
+	}
+	e.clock.Advance(60 * time.Millisecond)
+	if got := e.available("tokens"); got != 1 {
+		t.Errorf("after 30.06 s: %d left, want 1", got)
+	}
+	rres, err := e.c.RefundWithResponse(ctx, nil, items("tokens", 5000))
+	if err != nil || rres.JSON200 == nil || rres.JSON200.Items[0].Remaining != 1000 {
+		t.Fatalf("refund 5,000: got %v %s, want full", err, rres.Body)
+	}
+	for _, path := range []string{"/v1/charge", "/v1/refund"} {
+		res, body := e.raw(http.MethodPost, path, "application/json", `{"items":[{"limiter":"nope"}]}`)
+		checkProblem(t, res, body, http.StatusNotFound)
+		res, body = e.raw(http.MethodPost, path, "application/json", `{"items":[{"limiter":"tokens","permits":0}]}`)
+		checkProblem(t, res, body, http.StatusBadRequest)
+	}
+	if got := e.available("tokens"); got != 1000 {
+		t.Errorf("after refusals: %d left, want 1,000", got)
+	}
+}
+
+// TestIdempotencyKey: a retry with the same Idempotency-Key gets the first
+// answer back, marked replayed, and takes nothing; the key with another
+// body is a 422, and a malformed key a 400.
+func TestIdempotencyKey(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("idem", client.LimiterSpec{Limit: 10, Period: "1h"})
+	key := &client.DecideParams{IdempotencyKey: ptr("6f1c2a7e-0b1d-4c1e-9a55-0f3c2d8b9e41")}
+	first, err := e.c.DecideWithResponse(ctx, key, items("idem", 4))
+	if err != nil || first.JSON200 == nil || !first.JSON200.Allowed || first.JSON200.Replayed != nil {
+		t.Fatalf("first: %v %s", err, first.Body)
+	}
+	for range 3 {
+		again, err := e.c.DecideWithResponse(ctx, key, items("idem", 4))
+		if err != nil || again.JSON200 == nil || again.JSON200.Replayed == nil || !*again.JSON200.Replayed {
+			t.Fatalf("retry: %v %s, want the answer replayed", err, again.Body)
+		}
+		if got, want := again.JSON200.Items[0].Remaining, first.JSON200.Items[0].Remaining; got != want {
+			t.Errorf("retry: remaining %d, want the first answer's %d", got, want)
+		}
+	}
+	if got := e.available("idem"); got != 6 {
+		t.Errorf("after a decision and 3 retries: %d left, want 6", got)
+	}
+	res, body := e.raw(http.MethodPost, "/v1/decide", "application/json", `{"items":[{"limiter":"idem","permits":5}]}`,
+		"Idempotency-Key", *key.IdempotencyKey)
+	checkProblem(t, res, body, http.StatusUnprocessableEntity)
+	for _, bad := range []string{"has space", strings.Repeat("k", 129), "é"} {
+		res, body := e.raw(http.MethodPost, "/v1/charge", "application/json", `{"items":[{"limiter":"idem"}]}`, "Idempotency-Key", bad)
+		checkProblem(t, res, body, http.StatusBadRequest)
+	}
+	if got := e.available("idem"); got != 6 {
+		t.Errorf("after refusals: %d left, want 6", got)
 	}
 }

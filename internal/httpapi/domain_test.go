@@ -40,7 +40,7 @@ func (f fakeLimiters) AcquireBatch(_ context.Context, reqs []limiter.Request, ou
 func (f fakeLimiters) Available(context.Context, string) (limiter.Availability, error) {
 	return limiter.Availability{}, nil
 }
-func (f fakeLimiters) Decide(_ context.Context, items []limiter.Item, _ limiter.Mode) (limiter.Verdict, error) {
+func (f fakeLimiters) Decide(_ context.Context, items []limiter.Item, _ limiter.Mode, _ string) (limiter.Verdict, error) {
 	_, err := f.acquire(items[0].Name, items[0].Permits)
 	return limiter.Verdict{}, err
 }

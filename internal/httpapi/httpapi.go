@@ -58,7 +58,7 @@ type Limiters interface {
 	Available(ctx context.Context, name string) (limiter.Availability, error)
 	// Decide decides items together, all or nothing; see
 	// limiter.Service.Decide.
-	Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode) (limiter.Verdict, error)
+	Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error)
 }
 
 // Tenants is the per-IP limiter the API serves. It is safe for concurrent

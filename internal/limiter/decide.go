@@ -88,6 +88,19 @@ const (
 	Refund
 )
 
+// String returns "take", "peek", "charge" or "refund".
+func (m Mode) String() string {
+	switch m {
+	case Peek:
+		return "peek"
+	case Charge:
+		return "charge"
+	case Refund:
+		return "refund"
+	}
+	return "take"
+}
+
 // Verdict is the answer to a joint decision: all of its items' permits were
 // taken, or none were.
 type Verdict struct {
@@ -109,6 +122,9 @@ type Verdict struct {
 	RetryAfter time.Duration
 	// Checks has one entry per item, in the order of the items.
 	Checks []Check
+	// Replayed reports the answer to an earlier decision made with the
+	// same idempotency key, given back unchanged: nothing was decided now.
+	Replayed bool
 }
 
 // Check is what one item of a joint decision found. Items that name the
@@ -237,23 +253,34 @@ func DegradedVerdict(items []Item, mode FailureMode) Verdict {
 // before the store is consulted (see CheckItems); an unknown limiter fails
 // the whole decision with an error wrapping a *MissingError. A store that
 // cannot answer gives a DegradedVerdict by the FailureMode.
-func (s *Service) Decide(ctx context.Context, items []Item, mode Mode) (v Verdict, err error) {
-	op := "limiter.Decide"
-	if mode == Peek {
-		op = "limiter.Peek"
-	}
-	ctx, span := s.start(ctx, op, "")
+//
+// A non-empty once makes a Take, Charge or Refund idempotent (see
+// OnceTTL): a retry with the same once, items and mode gets the first
+// answer back and changes nothing; the same once with other items or
+// another mode is refused with an error wrapping ErrOnceMismatch. A Peek
+// changes nothing and ignores once.
+func (s *Service) Decide(ctx context.Context, items []Item, mode Mode, once string) (v Verdict, err error) {
+	ctx, span := s.start(ctx, "limiter.Decide", "")
 	defer func() {
 		if err == nil && span.IsRecording() {
-			span.SetAttributes(attribute.Int("ratelimiter.items", len(items)), attribute.Bool("ratelimiter.allowed", v.Allowed))
+			span.SetAttributes(attribute.String("ratelimiter.mode", mode.String()), attribute.Int("ratelimiter.items", len(items)),
+				attribute.Bool("ratelimiter.allowed", v.Allowed), attribute.Bool("ratelimiter.replayed", v.Replayed))
 		}
 		end(span, err)
 	}()
 	if err := CheckItems(items); err != nil {
 		return Verdict{}, fmt.Errorf("limiter: decide: %w", err)
 	}
+	if mode == Peek {
+		once = ""
+	}
+	if once != "" {
+		if err := CheckOnceKey(once); err != nil {
+			return Verdict{}, fmt.Errorf("limiter: decide: %w", err)
+		}
+	}
 	sctx, cancel := s.bound(ctx)
-	v, err = s.store.Decide(sctx, items, mode)
+	v, err = s.store.Decide(sctx, items, mode, once)
 	cancel()
 	if err != nil {
 		if s.unavailable(ctx, err) {

@@ -47,8 +47,10 @@ type Store interface {
 	// Decide decides valid items (CheckItems) together, all or nothing,
 	// at one instant, as Service.Decide describes: it refuses limiters
 	// of different groups (CheckGroups) and unknown ones (*MissingError),
-	// changing nothing.
-	Decide(ctx context.Context, items []Item, mode Mode) (Verdict, error)
+	// changing nothing. A non-empty once (CheckOnceKey; never with Peek)
+	// is checked and remembered atomically with the decision, in its
+	// Scope.
+	Decide(ctx context.Context, items []Item, mode Mode, once string) (Verdict, error)
 }
 
 // MaxNameLen is the longest limiter name.

@@ -38,8 +38,8 @@ func BenchmarkDecide(b *testing.B) {
 		call func(g int) error
 	}{
 		{"acquire", func(g int) error { _, err := s.Acquire(ctx, one[g][0].Name, 1); return err }},
-		{"decide-1", func(g int) error { _, err := s.Decide(ctx, one[g], limiter.Take); return err }},
-		{"decide-3", func(g int) error { _, err := s.Decide(ctx, three[g], limiter.Take); return err }},
+		{"decide-1", func(g int) error { _, err := s.Decide(ctx, one[g], limiter.Take, ""); return err }},
+		{"decide-3", func(g int) error { _, err := s.Decide(ctx, three[g], limiter.Take, ""); return err }},
 	}
 	for _, cl := range calls {
 		b.Run("serial/"+cl.name, func(b *testing.B) {

@@ -28,6 +28,7 @@ type Store struct {
 	byKey map[string]entry
 	names btree.Set[string] // the keys of byKey, in order, for List
 	peak  int               // most entries byKey held since it was made; see shrink
+	once  *onceTable
 }
 
 // entry is one limiter and its group.
@@ -47,7 +48,7 @@ func New(clock *limiter.Clock, maxLimiters int) *Store {
 	if maxLimiters <= 0 {
 		maxLimiters = limiter.DefaultMaxLimiters
 	}
-	return &Store{clock: clock, max: maxLimiters, byKey: make(map[string]entry)}
+	return &Store{clock: clock, max: maxLimiters, byKey: make(map[string]entry), once: newOnceTable()}
 }
 
 // Put creates or replaces a limiter. An identical policy keeps the state.
@@ -188,8 +189,9 @@ func (s *Store) Available(_ context.Context, name string) (limiter.Availability,
 
 // Decide decides items together, all or nothing, at one reading of the
 // clock (see limiter.DecideAll): no lock but those of the limiters named is
-// taken while they are decided.
-func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mode) (limiter.Verdict, error) {
+// taken while they are decided, and, with once, that of the key's shard of
+// the idempotency table, which holds at most limiter.MaxOnce keys.
+func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
 	names, totals, index := limiter.Totals(items)
 	ls := make([]*limiter.Limiter, len(names))
 	groups := make([]string, len(items))
@@ -211,8 +213,14 @@ func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mod
 	if err := limiter.CheckGroups(items, groups); err != nil {
 		return limiter.Verdict{}, err
 	}
-	found := limiter.DecideAll(s.clock.Now(), ls, totals, mode)
-	return limiter.NewVerdict(items, found, index), nil
+	decide := func() (limiter.Verdict, error) {
+		found := limiter.DecideAll(s.clock.Now(), ls, totals, mode)
+		return limiter.NewVerdict(items, found, index), nil
+	}
+	if once == "" {
+		return decide()
+	}
+	return s.once.do(limiter.Scope(items, groups)+"\x00"+once, limiter.Fingerprint(items, mode), s.clock.Now(), decide)
 }
 
 func (s *Store) lookup(name string) (entry, error) {

@@ -134,8 +134,8 @@ func BenchmarkDecide(b *testing.B) {
 			call func(g int) error
 		}{
 			{"acquire", func(g int) error { _, err := s.Acquire(ctx, three[g][0].Name, 1); return err }},
-			{"decide-1", func(g int) error { _, err := s.Decide(ctx, three[g][:1], limiter.Take); return err }},
-			{"decide-3", func(g int) error { _, err := s.Decide(ctx, three[g], limiter.Take); return err }},
+			{"decide-1", func(g int) error { _, err := s.Decide(ctx, three[g][:1], limiter.Take, ""); return err }},
+			{"decide-3", func(g int) error { _, err := s.Decide(ctx, three[g], limiter.Take, ""); return err }},
 		}
 		for _, cl := range calls {
 			b.Run(string(alg)+"/serial/"+cl.name, func(b *testing.B) {

@@ -20,15 +20,17 @@ import (
 // made once more if it moved: the first run found no definition and so
 // changed nothing. As with Acquire nothing else is retried: when the error
 // wraps ErrUnavailable the permits may or may not have been taken.
-func (s *Store) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode) (limiter.Verdict, error) {
-	return s.decideAt(ctx, items, mode, "")
+//
+// A decision with once remembers it for limiter.OnceTTL under
+// <prefix>{<tag>}#once:<once>, in the slot of its limiters (tag is their
+// group, or the one limiter's name), checked and written by the same
+// script: a retry is answered from it and decides nothing.
+func (s *Store) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
+	return s.decideAt(ctx, items, mode, once, "")
 }
 
-// modeArgs names each mode for decide.lua.
-var modeArgs = map[limiter.Mode]string{limiter.Take: "take", limiter.Peek: "peek", limiter.Charge: "charge", limiter.Refund: "refund"}
-
 // decideAt is Decide at nowMicros (see acquire); only tests pass one.
-func (s *Store) decideAt(ctx context.Context, items []limiter.Item, mode limiter.Mode, nowMicros string) (limiter.Verdict, error) {
+func (s *Store) decideAt(ctx context.Context, items []limiter.Item, mode limiter.Mode, once, nowMicros string) (limiter.Verdict, error) {
 	names, totals, index := limiter.Totals(items)
 	var unknown []string
 	for _, name := range names {
@@ -66,13 +68,28 @@ func (s *Store) decideAt(ctx context.Context, items []limiter.Item, mode limiter
 			keys = append(keys, s.keysIn(name, groups[j])...)
 		}
 		args := make([]string, 2, 2+len(totals))
-		args[0], args[1] = nowMicros, modeArgs[mode]
+		args[0], args[1] = nowMicros, mode.String() // decide.lua's names
 		for _, n := range totals {
 			args = append(args, strconv.FormatInt(n, 10))
+		}
+		if once != "" {
+			tag := groups[0]
+			if tag == "" {
+				tag = names[0]
+			}
+			keys = append(keys, s.prefix+"{"+tag+"}#once:"+once)
+			args = append(args, limiter.Fingerprint(items, mode), strconv.FormatInt(limiter.OnceTTL.Milliseconds(), 10))
 		}
 		v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
 		if err != nil {
 			return limiter.Verdict{}, unavailable("decide", names[0], err)
+		}
+		if len(v) == 1 && v[0] == -1 {
+			return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", limiter.ErrOnceMismatch)
+		}
+		replayed := len(v) > 0 && v[0] == 2
+		if replayed {
+			v[0] = 1
 		}
 		if len(v) == 2 && v[0] == 0 && v[1] >= 1 && v[1] <= int64(len(names)) {
 			missing := names[v[1]-1]
@@ -93,7 +110,9 @@ func (s *Store) decideAt(ctx context.Context, items []limiter.Item, mode limiter
 				ExceedsCapacity: f[7] == 1,
 			}
 		}
-		return limiter.NewVerdict(items, found, index), nil
+		verdict := limiter.NewVerdict(items, found, index)
+		verdict.Replayed = replayed
+		return verdict, nil
 	}
 }
 

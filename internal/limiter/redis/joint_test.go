@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ func testDecideMatchesGo(t *testing.T, c rueidis.Client) {
 			case r < 4:
 				mode = limiter.Refund
 			}
-			got, err := s.decideAt(ctx, items, mode, us(now))
+			got, err := s.decideAt(ctx, items, mode, "", us(now))
 			if err != nil {
 				t.Fatalf("group %s step %d: Decide(%+v): %v", group, step, items, err)
 			}
@@ -145,7 +146,7 @@ func testDecideReplicas(t *testing.T, c rueidis.Client) {
 				s := replicas[w%len(replicas)]
 				wg.Go(func() {
 					for range next {
-						v, err := s.Decide(context.Background(), items, limiter.Take)
+						v, err := s.Decide(context.Background(), items, limiter.Take, "")
 						mu.Lock()
 						if err != nil {
 							failed = append(failed, err)
@@ -249,7 +250,7 @@ func testRelocation(t *testing.T, c rueidis.Client) {
 				what string
 				call func() error
 			}{"Decide", func() error {
-				v, err := b.Decide(ctx, []limiter.Item{{Name: name, Permits: 1}, {Name: name + "-peer", Permits: 1}}, limiter.Take)
+				v, err := b.Decide(ctx, []limiter.Item{{Name: name, Permits: 1}, {Name: name + "-peer", Permits: 1}}, limiter.Take, "")
 				if err == nil && (!v.Allowed || v.Checks[0].Remaining != 5) {
 					err = fmt.Errorf("got %+v, want allowed with 5 left", v)
 				}
@@ -271,6 +272,110 @@ func testRelocation(t *testing.T, c rueidis.Client) {
 		}
 		if _, err := a.Get(ctx, name); err == nil {
 			t.Errorf("%s still exists after b deleted it", name)
+		}
+	}
+}
+
+// testChargeRefundReplicas: concurrent charges and refunds through three
+// replicas add up exactly. The limiter starts 4,000 permits in debt (a
+// limit of 1,000 a day, charged 5,000), so that in any order the 1,000
+// charges of 1 and 1,000 refunds of 2 that follow never reach full or the
+// debt cap: it must end exactly 3,000 in debt, which a refund of 3,000
+// pays off to the permit.
+func testChargeRefundReplicas(t *testing.T, c rueidis.Client) {
+	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
+		t.Run(string(alg), func(t *testing.T) {
+			ctx := context.Background()
+			prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
+			replicas := make([]*Store, 3)
+			for i := range replicas {
+				s, err := New(c, prefix, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				replicas[i] = s
+			}
+			putIn(t, replicas[0], "debt", "", limiter.Policy{Limit: 1000, Period: 24 * time.Hour, Algorithm: alg})
+			one := func(n int64) []limiter.Item { return []limiter.Item{{Name: "debt", Permits: n}} }
+			if _, err := replicas[0].Decide(ctx, one(5000), limiter.Charge, ""); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 2000)
+			for w := range 20 {
+				s := replicas[w%3]
+				wg.Go(func() {
+					for k := range 100 {
+						mode, n := limiter.Charge, int64(1)
+						if (w+k)%2 == 0 {
+							mode, n = limiter.Refund, 2
+						}
+						if _, err := s.Decide(ctx, one(n), mode, ""); err != nil {
+							errs <- err
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			v, err := replicas[1].Decide(ctx, one(2999), limiter.Refund, "")
+			if err != nil || v.Checks[0].Remaining != 0 {
+				t.Fatalf("refund 2,999 of a debt of 3,000: got %+v, %v, want still none left", v, err)
+			}
+			v, err = replicas[2].Decide(ctx, one(2), limiter.Refund, "")
+			if err != nil || v.Checks[0].Remaining != 1 {
+				t.Fatalf("refund 2 more: got %+v, %v, want 1 left", v, err)
+			}
+		})
+	}
+}
+
+// testOnceReplicas: calls with one idempotency key through three replicas
+// at once decide once: the script checks and records the key in the same
+// atomic step as the decision.
+func testOnceReplicas(t *testing.T, c rueidis.Client) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
+	replicas := make([]*Store, 3)
+	for i := range replicas {
+		s, err := New(c, prefix, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas[i] = s
+	}
+	putIn(t, replicas[0], "oa", "og", limiter.Policy{Limit: 1000, Period: time.Hour})
+	putIn(t, replicas[1], "ob", "og", limiter.Policy{Limit: 1000, Period: time.Hour, Algorithm: limiter.SlidingLog})
+	items := []limiter.Item{{Name: "oa", Permits: 3}, {Name: "ob", Permits: 5}}
+	var (
+		wg       sync.WaitGroup
+		replayed atomic.Int64
+	)
+	for w := range 30 {
+		s := replicas[w%3]
+		wg.Go(func() {
+			for k := range 20 {
+				v, err := s.Decide(ctx, items, limiter.Take, fmt.Sprintf("key-%d", k%4))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if v.Replayed {
+					replayed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := replayed.Load(); got != 600-4 {
+		t.Errorf("%d of 600 calls with 4 keys replayed, want all but 4", got)
+	}
+	for name, want := range map[string]int64{"oa": 1000 - 4*3, "ob": 1000 - 4*5} {
+		if a, err := replicas[2].Available(ctx, name); err != nil || a.Remaining != want {
+			t.Errorf("%s: %+v, %v, want %d left: 4 decisions", name, a, err, want)
 		}
 	}
 }

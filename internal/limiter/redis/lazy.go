@@ -121,12 +121,12 @@ func (l *Lazy) Available(ctx context.Context, name string) (limiter.Availability
 // Decide implements limiter.Store. A declared limiter found missing is
 // created, and the decision made again, as for Acquire: the first run
 // found no definition and so changed nothing.
-func (l *Lazy) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode) (limiter.Verdict, error) {
+func (l *Lazy) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
 	st, err := l.get()
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
-	v, err := st.Decide(ctx, items, mode)
+	v, err := st.Decide(ctx, items, mode, once)
 	if !errors.Is(err, limiter.ErrNotFound) {
 		return v, err
 	}
@@ -135,7 +135,7 @@ func (l *Lazy) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mo
 		restored = l.restore(ctx, st, it.Name, err) || restored
 	}
 	if restored {
-		v, err = st.Decide(ctx, items, mode)
+		v, err = st.Decide(ctx, items, mode, once)
 	}
 	return v, err
 }

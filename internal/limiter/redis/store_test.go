@@ -42,6 +42,8 @@ func TestStandalone(t *testing.T) {
 	t.Run("Keep", func(t *testing.T) { testKeep(t, c) })
 	t.Run("DecideMatchesGo", func(t *testing.T) { testDecideMatchesGo(t, c) })
 	t.Run("DecideReplicas", func(t *testing.T) { testDecideReplicas(t, c) })
+	t.Run("ChargeRefundReplicas", func(t *testing.T) { testChargeRefundReplicas(t, c) })
+	t.Run("OnceReplicas", func(t *testing.T) { testOnceReplicas(t, c) })
 	t.Run("Relocation", func(t *testing.T) { testRelocation(t, c) })
 	t.Run("Bound", func(t *testing.T) {
 		storetest.RunBound(t, func(t *testing.T, maxLimiters int) (limiter.Store, limiter.Store) {
@@ -161,6 +163,8 @@ func TestCluster(t *testing.T) {
 	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
 	t.Run("DecideMatchesGo", func(t *testing.T) { testDecideMatchesGo(t, c) })
 	t.Run("DecideReplicas", func(t *testing.T) { testDecideReplicas(t, c) })
+	t.Run("ChargeRefundReplicas", func(t *testing.T) { testChargeRefundReplicas(t, c) })
+	t.Run("OnceReplicas", func(t *testing.T) { testOnceReplicas(t, c) })
 	t.Run("Relocation", func(t *testing.T) { testRelocation(t, c) })
 	t.Run("GroupInOneSlot", func(t *testing.T) { testGroupInOneSlot(t, c) })
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -17,7 +18,7 @@ func putIn(t *testing.T, s limiter.Store, name, group string, p limiter.Policy) 
 
 func decide(t *testing.T, s limiter.Store, mode limiter.Mode, items ...limiter.Item) limiter.Verdict {
 	t.Helper()
-	v, err := s.Decide(ctx(t), items, mode)
+	v, err := s.Decide(ctx(t), items, mode, "")
 	if err != nil {
 		t.Fatalf("Decide(%+v): %v", items, err)
 	}
@@ -108,7 +109,7 @@ func testDecideRefusals(t *testing.T, s limiter.Store) {
 		{"both in no group", []limiter.Item{{Name: "rd", Permits: 1}, {Name: "re", Permits: 1}}, limiter.ErrCrossGroup},
 		{"unknown limiter", []limiter.Item{{Name: "ra", Permits: 1}, {Name: "nope", Permits: 1}}, limiter.ErrNotFound},
 	} {
-		_, err := s.Decide(ctx(t), tc.items, limiter.Take)
+		_, err := s.Decide(ctx(t), tc.items, limiter.Take, "")
 		wantErr(t, tc.name, err, tc.want)
 	}
 	for _, name := range []string{"ra", "rb", "rc", "rd", "re"} {
@@ -189,7 +190,7 @@ func testConcurrentDecide(t *testing.T, s limiter.Store) {
 						for i, j := range set {
 							items[i] = limiter.Item{Name: names[j], Permits: 1 + int64(j)}
 						}
-						v, err := s.Decide(ctx(t), items, limiter.Take)
+						v, err := s.Decide(ctx(t), items, limiter.Take, "")
 						if err != nil {
 							t.Error(err)
 							return
@@ -213,4 +214,161 @@ func testConcurrentDecide(t *testing.T, s limiter.Store) {
 			}
 		})
 	}
+}
+
+// testChargeRefund: an LLM gateway's token budget. It acquires an
+// estimate, then charges the excess once the real cost is known, going
+// into debt past the limit; a refund gives back what was not used, never
+// beyond full.
+func testChargeRefund(t *testing.T, s limiter.Store) {
+	for _, alg := range algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			name := "tokens-" + string(alg)
+			putIn(t, s, name, "", limiter.Policy{Limit: 1000, Period: hour, Algorithm: alg})
+			item := func(n int64) limiter.Item { return limiter.Item{Name: name, Permits: n} }
+			if v := decide(t, s, limiter.Take, item(300)); !v.Allowed || v.Checks[0].Remaining != 700 {
+				t.Fatalf("acquire an estimate of 300: got %+v", v)
+			}
+			// The answer cost 1,500: the excess of 1,200 puts it in debt.
+			v := decide(t, s, limiter.Charge, item(1200))
+			if !v.Allowed || !v.Checks[0].Fits || v.Checks[0].Remaining != 0 || v.Checks[0].ResetAfter <= 0 {
+				t.Fatalf("charge 1,200 with 700 left: got %+v, want applied, 0 left", v)
+			}
+			if d := acquire(t, s, name, 1); d.Allowed || d.RetryAfter <= 0 {
+				t.Fatalf("acquire 1 in debt: got %+v, want denied with a wait", d)
+			}
+			wantRemaining(t, s, name, 0)
+			// A refund of 600 pays off the debt of 500 and gives 100 back.
+			if v := decide(t, s, limiter.Refund, item(600)); !v.Allowed || v.Checks[0].Remaining != 100 {
+				t.Fatalf("refund 600 of a debt of 500: got %+v, want 100 left", v)
+			}
+			// A refund never fills a limiter past full.
+			if v := decide(t, s, limiter.Refund, item(5000)); !v.Allowed || v.Checks[0].Remaining != 1000 || v.Checks[0].ResetAfter != 0 {
+				t.Fatalf("refund 5,000: got %+v, want full, 1,000 left", v)
+			}
+			if d := acquire(t, s, name, 1000); !d.Allowed {
+				t.Fatalf("acquire 1,000 of a full limiter: got %+v", d)
+			}
+		})
+	}
+	// A refund on a sliding log gives back the newest grants first: the
+	// older ones still leave the window at their own time.
+	putIn(t, s, "log-newest", "", limiter.Policy{Limit: 10, Period: hour, Algorithm: limiter.SlidingLog})
+	acquire(t, s, "log-newest", 4)
+	first := available(t, s, "log-newest").ResetAfter
+	acquire(t, s, "log-newest", 5)
+	if v := decide(t, s, limiter.Refund, limiter.Item{Name: "log-newest", Permits: 5}); v.Checks[0].Remaining != 6 || v.Checks[0].ResetAfter > first {
+		t.Errorf("refund the newest 5: got %+v, want 6 left, full again no later than the first grant's %s", v, first)
+	}
+	// Charges and refunds of several limiters apply to all, as one step.
+	putIn(t, s, "cr-a", "cr", limiter.Policy{Limit: 10, Period: hour})
+	putIn(t, s, "cr-b", "cr", limiter.Policy{Limit: 10, Period: hour, Algorithm: limiter.SlidingLog})
+	v := decide(t, s, limiter.Charge, limiter.Item{Name: "cr-a", Permits: 4}, limiter.Item{Name: "cr-b", Permits: 15})
+	if !v.Allowed || v.Checks[0].Remaining != 6 || v.Checks[1].Remaining != 0 {
+		t.Errorf("charge 4 and 15: got %+v, want 6 and 0 left", v)
+	}
+	_, err := s.Decide(ctx(t), []limiter.Item{{Name: "cr-a", Permits: 1}, {Name: "rd-nope", Permits: 1}}, limiter.Charge, "")
+	wantErr(t, "charge an unknown limiter", err, limiter.ErrNotFound)
+	wantRemaining(t, s, "cr-a", 6)
+}
+
+// testOnce: a decision with an idempotency key is made once; its retries
+// get its answer back and change nothing, whatever happened since.
+func testOnce(t *testing.T, s limiter.Store) {
+	p := limiter.Policy{Limit: 10, Period: hour}
+	putIn(t, s, "once-a", "once", p)
+	putIn(t, s, "once-b", "once", p)
+	putIn(t, s, "once-solo", "", p)
+	both := []limiter.Item{{Name: "once-a", Permits: 3}, {Name: "once-b", Permits: 4}}
+	first, err := s.Decide(ctx(t), both, limiter.Take, "k-1")
+	if err != nil || !first.Allowed || first.Replayed {
+		t.Fatalf("first decision: got %+v, %v, want allowed, not replayed", first, err)
+	}
+	acquire(t, s, "once-a", 1) // the state moves on
+	for range 3 {
+		again, err := s.Decide(ctx(t), both, limiter.Take, "k-1")
+		if err != nil || !again.Replayed || again.Allowed != first.Allowed || !slices.Equal(again.Checks, first.Checks) {
+			t.Fatalf("retry: got %+v, %v, want the first answer %+v, replayed", again, err, first)
+		}
+	}
+	wantRemaining(t, s, "once-a", 6)
+	wantRemaining(t, s, "once-b", 6)
+	// The same key for another request decides nothing.
+	for _, other := range []struct {
+		items []limiter.Item
+		mode  limiter.Mode
+	}{
+		{[]limiter.Item{{Name: "once-a", Permits: 3}}, limiter.Take},
+		{[]limiter.Item{{Name: "once-b", Permits: 4}, {Name: "once-a", Permits: 3}}, limiter.Take},
+		{both, limiter.Charge},
+	} {
+		_, err := s.Decide(ctx(t), other.items, other.mode, "k-1")
+		wantErr(t, "the key for another request", err, limiter.ErrOnceMismatch)
+	}
+	wantRemaining(t, s, "once-a", 6)
+	// Keys belong to where the limiters live: the same key elsewhere is
+	// another key.
+	if v, err := s.Decide(ctx(t), []limiter.Item{{Name: "once-solo", Permits: 2}}, limiter.Take, "k-1"); err != nil || v.Replayed || v.Checks[0].Remaining != 8 {
+		t.Fatalf("k-1 on a limiter in no group: got %+v, %v, want a fresh decision", v, err)
+	}
+	// A denial is remembered as a denial, and charges and refunds once.
+	big := []limiter.Item{{Name: "once-a", Permits: 7}}
+	if v, err := s.Decide(ctx(t), big, limiter.Take, "k-2"); err != nil || v.Allowed {
+		t.Fatalf("7 of 6: got %+v, %v, want denied", v, err)
+	}
+	acquire(t, s, "once-a", 1)
+	if v, err := s.Decide(ctx(t), big, limiter.Take, "k-2"); err != nil || v.Allowed || !v.Replayed {
+		t.Fatalf("retry of the denial: got %+v, %v, want the denial replayed", v, err)
+	}
+	charge := []limiter.Item{{Name: "once-b", Permits: 5}}
+	for i := range 3 {
+		if v, err := s.Decide(ctx(t), charge, limiter.Charge, "k-3"); err != nil || v.Checks[0].Remaining != 1 || v.Replayed != (i > 0) {
+			t.Fatalf("charge 5 of 6, call %d: got %+v, %v, want 1 left", i, v, err)
+		}
+	}
+	for i := range 3 {
+		if v, err := s.Decide(ctx(t), charge, limiter.Refund, "k-4"); err != nil || v.Checks[0].Remaining != 6 || v.Replayed != (i > 0) {
+			t.Fatalf("refund 5, call %d: got %+v, %v, want 6 left", i, v, err)
+		}
+	}
+	wantRemaining(t, s, "once-b", 6)
+	// An unknown limiter records nothing under the key.
+	_, err = s.Decide(ctx(t), []limiter.Item{{Name: "once-a", Permits: 1}, {Name: "once-nope", Permits: 1}}, limiter.Take, "k-5")
+	wantErr(t, "an unknown limiter", err, limiter.ErrNotFound)
+	putIn(t, s, "once-nope", "once", p)
+	if v, err := s.Decide(ctx(t), []limiter.Item{{Name: "once-a", Permits: 1}, {Name: "once-nope", Permits: 1}}, limiter.Take, "k-5"); err != nil || v.Replayed || !v.Allowed {
+		t.Fatalf("k-5 once the limiter exists: got %+v, %v, want a fresh decision", v, err)
+	}
+}
+
+// testConcurrentOnce: many concurrent calls with one key decide once.
+func testConcurrentOnce(t *testing.T, s limiter.Store) {
+	putIn(t, s, "conc-once", "", limiter.Policy{Limit: 1000, Period: hour})
+	items := []limiter.Item{{Name: "conc-once", Permits: 7}}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		replayed int
+	)
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				v, err := s.Decide(ctx(t), items, limiter.Take, "same")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if v.Replayed {
+					replayed++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if replayed != 159 {
+		t.Errorf("%d of 160 calls replayed, want all but the first", replayed)
+	}
+	wantRemaining(t, s, "conc-once", 993)
 }

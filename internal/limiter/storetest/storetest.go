@@ -50,6 +50,9 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"DecideRefusals", testDecideRefusals},
 		{"Groups", testGroups},
 		{"ConcurrentDecide", testConcurrentDecide},
+		{"ChargeRefund", testChargeRefund},
+		{"Once", testOnce},
+		{"ConcurrentOnce", testConcurrentOnce},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,13 @@
 -- debt grants nothing until time repays it), and 'refund' gives them back,
 -- never beyond full: both always apply, and report fits = 1.
 --
+-- With an idempotency key, KEYS ends with the key's record (KEYS[2n+1]
+-- for n limiters) and ARGV with the decision's fingerprint and the
+-- record's time to live in milliseconds (ARGV[3+n], ARGV[4+n]). A record
+-- under another fingerprint answers {-1} and decides nothing; one under
+-- the same fingerprint answers the reply it holds, with 2 in place of its
+-- leading 1, and decides nothing; otherwise the reply is recorded.
+--
 -- Reply: {0, j} when limiter j is not defined, otherwise 1 followed by
 -- eight fields per limiter: fits, remaining, limit, retry_us, retry_ns,
 -- reset_us, reset_ns, exceeds_capacity, durations as microseconds plus
@@ -126,7 +133,36 @@ end
 
 local FIELDS = {'algorithm', 'limit', 'burst', 'm', 'pa', 'pb', 'ta', 'tb', 'pw', 'pr', 'pu', 'maxe'}
 
-local count = #KEYS / 2
+local count = math.floor(#KEYS / 2)
+local once, fingerprint = KEYS[2 * count + 1], ARGV[3 + count]
+if once then
+  local rec = redis.call('GET', once)
+  if rec then
+    local nl = string.find(rec, '\n', 1, true)
+    if string.sub(rec, 1, nl - 1) ~= fingerprint then
+      return {-1}
+    end
+    local r = {}
+    for f in string.gmatch(string.sub(rec, nl + 1), '%S+') do
+      r[#r + 1] = tonumber(f)
+    end
+    r[1] = 2
+    return r
+  end
+end
+
+-- remember records reply r under the idempotency key, if there is one.
+local function remember(r)
+  if once then
+    local fs = {}
+    for i = 1, #r do
+      fs[i] = fmt(r[i])
+    end
+    redis.call('SET', once, fingerprint .. '\n' .. table.concat(fs, ' '), 'PX', ARGV[4 + count])
+  end
+  return r
+end
+
 local defs = {}
 for j = 1, count do
   local d = redis.call('HMGET', KEYS[2 * j - 1], unpack(FIELDS))
@@ -138,7 +174,7 @@ end
 local now = clock(ARGV[1])
 local mode = ARGV[2]
 if mode == 'charge' or mode == 'refund' then
-  return adjust(defs, now, mode)
+  return remember(adjust(defs, now, mode))
 end
 local take = mode == 'take'
 
@@ -215,4 +251,4 @@ for j = 1, count do
   r[k + 1], r[k + 2], r[k + 3], r[k + 4] = c.fits, rem, c.limit, c.retry_us
   r[k + 5], r[k + 6], r[k + 7], r[k + 8] = c.retry_ns, ra, rn, c.exceeds
 end
-return r
+return remember(r)
