@@ -522,6 +522,42 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// ReserveRequest The items to reserve, all or nothing, and how long the reservation waits to be settled.
+//
+// Example: {"items":[{"limiter":"llm-tokens","permits":4000}],"ttl":"2m"}
+type ReserveRequest struct {
+	// Items The items, answered in this order.
+	Items []DecideItem `json:"items"`
+
+	// TTL How long the reservation waits to be settled, a Go duration from `1ms` to `1h`; `5m` when left out.
+	//
+	// Example: 2m
+	TTL *string `json:"ttl,omitempty"`
+}
+
+// SettleItem What was spent on one limiter of a reservation.
+//
+// Example: {"limiter":"llm-tokens","permits":6500}
+type SettleItem struct {
+	// Limiter The limiter's name.
+	//
+	// Example: llm-tokens
+	Limiter string `json:"limiter"`
+
+	// Permits How many permits were actually spent on it; 0 when none were.
+	//
+	// Example: 6500
+	Permits int64 `json:"permits"`
+}
+
+// SettleRequest What was actually spent on the reservation's limiters.
+//
+// Example: {"items":[{"limiter":"llm-tokens","permits":6500}]}
+type SettleRequest struct {
+	// Items The limiters settled, answered in this order.
+	Items []SettleItem `json:"items"`
+}
+
 // Tenant The normalized tenant key: an IPv4 address, or the IPv6 network
 // (a /64 by default) the address belongs to.
 //
@@ -665,6 +701,13 @@ type Verdict struct {
 	// Example: true
 	Replayed *bool `json:"replayed,omitempty"`
 
+	// Reservation The reservation an allowed `POST /v1/reservations` made, to
+	// settle or cancel; absent otherwise.
+	//
+	//
+	// Example: g.llm.3f9a1c0d5e7b2a4f6c8d0e1f2a3b4c5d
+	Reservation *string `json:"reservation,omitempty"`
+
 	// RetryAfterMs When denied and not `exceeds_capacity`: how long until every
 	// item fits, assuming nobody else takes permits meanwhile.
 	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
@@ -684,6 +727,9 @@ type PageSize = int32
 
 // PageToken defines model for PageToken.
 type PageToken = string
+
+// ReservationID defines model for ReservationID.
+type ReservationID = string
 
 // TenantIP defines model for TenantIP.
 type TenantIP = string
@@ -800,6 +846,34 @@ type RefundParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ReserveParams defines parameters for Reserve.
+type ReserveParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// SettleReservationParams defines parameters for SettleReservation.
+type SettleReservationParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListLowestTenantsParams defines parameters for ListLowestTenants.
 type ListLowestTenantsParams struct {
 	// K The most tenants to return.
@@ -826,6 +900,12 @@ type PeekJSONRequestBody = DecideRequest
 
 // RefundJSONRequestBody defines body for Refund for application/json ContentType.
 type RefundJSONRequestBody = DecideRequest
+
+// ReserveJSONRequestBody defines body for Reserve for application/json ContentType.
+type ReserveJSONRequestBody = ReserveRequest
+
+// SettleReservationJSONRequestBody defines body for SettleReservation for application/json ContentType.
+type SettleReservationJSONRequestBody = SettleRequest
 
 // AcquireTenantJSONRequestBody defines body for AcquireTenant for application/json ContentType.
 type AcquireTenantJSONRequestBody = AcquireRequest
@@ -1239,6 +1319,84 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/refund (the `Refund` operationId).
 	Refund(ctx context.Context, params *RefundParams, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReserveWithBody Reserve permits, to settle once the real cost is known
+	//
+	// Takes the items' permits as `POST /v1/decide` does, all or nothing,
+	// and, when they fit, holds them as a reservation named by the
+	// answer's `reservation`. Settle it with
+	// `POST /v1/reservations/{id}/settle` once the real cost is known:
+	// what was spent beyond the reservation is charged, what was not is
+	// refunded. Cancel it with `DELETE /v1/reservations/{id}` to give
+	// everything back. A reservation not settled within its `ttl`
+	// (default `5m`, at most `1h`) stays charged as reserved. A denial
+	// reserves nothing and has no `reservation`; so has a `degraded`
+	// answer, even when the failure mode allows it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/reservations (the `Reserve` operationId).
+	ReserveWithBody(ctx context.Context, params *ReserveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Reserve Reserve permits, to settle once the real cost is known
+	//
+	// Takes the items' permits as `POST /v1/decide` does, all or nothing,
+	// and, when they fit, holds them as a reservation named by the
+	// answer's `reservation`. Settle it with
+	// `POST /v1/reservations/{id}/settle` once the real cost is known:
+	// what was spent beyond the reservation is charged, what was not is
+	// refunded. Cancel it with `DELETE /v1/reservations/{id}` to give
+	// everything back. A reservation not settled within its `ttl`
+	// (default `5m`, at most `1h`) stays charged as reserved. A denial
+	// reserves nothing and has no `reservation`; so has a `degraded`
+	// answer, even when the failure mode allows it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/reservations (the `Reserve` operationId).
+	Reserve(ctx context.Context, params *ReserveParams, body ReserveJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelReservation Cancel a reservation
+	//
+	// Gives back every permit the reservation holds, and ends it. The
+	// answer has one item per limiter of the reservation, as it stands
+	// afterwards. A reservation settled, cancelled or past its TTL is a
+	// `404`.
+	//
+	// Corresponds with DELETE /v1/reservations/{id} (the `CancelReservation` operationId).
+	CancelReservation(ctx context.Context, id ReservationID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SettleReservationWithBody Settle a reservation to what was spent
+	//
+	// For each limiter named, charges what was spent beyond what the
+	// reservation holds of it (into debt if need be, as
+	// `POST /v1/charge` does) or refunds what was not spent, all in one
+	// step, and ends the reservation. A limiter of the reservation that
+	// is not named stays charged as reserved; one the reservation does
+	// not hold is a `400`, and changes nothing. `permits` may be 0:
+	// nothing was spent on that limiter. A reservation settled,
+	// cancelled or past its TTL is a `404`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/reservations/{id}/settle (the `SettleReservation` operationId).
+	SettleReservationWithBody(ctx context.Context, id ReservationID, params *SettleReservationParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SettleReservation Settle a reservation to what was spent
+	//
+	// For each limiter named, charges what was spent beyond what the
+	// reservation holds of it (into debt if need be, as
+	// `POST /v1/charge` does) or refunds what was not spent, all in one
+	// step, and ends the reservation. A limiter of the reservation that
+	// is not named stays charged as reserved; one the reservation does
+	// not hold is a `400`, and changes nothing. `permits` may be 0:
+	// nothing was spent on that limiter. A reservation settled,
+	// cancelled or past its TTL is a `404`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/reservations/{id}/settle (the `SettleReservation` operationId).
+	SettleReservation(ctx context.Context, id ReservationID, params *SettleReservationParams, body SettleReservationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLowestTenants List the tenants closest to their limit
 	//
@@ -1837,6 +1995,134 @@ func (c *Client) RefundWithBody(ctx context.Context, params *RefundParams, conte
 // Corresponds with POST /v1/refund (the `Refund` operationId).
 func (c *Client) Refund(ctx context.Context, params *RefundParams, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRefundRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReserveWithBody Reserve permits, to settle once the real cost is known
+//
+// Takes the items' permits as `POST /v1/decide` does, all or nothing,
+// and, when they fit, holds them as a reservation named by the
+// answer's `reservation`. Settle it with
+// `POST /v1/reservations/{id}/settle` once the real cost is known:
+// what was spent beyond the reservation is charged, what was not is
+// refunded. Cancel it with `DELETE /v1/reservations/{id}` to give
+// everything back. A reservation not settled within its `ttl`
+// (default `5m`, at most `1h`) stays charged as reserved. A denial
+// reserves nothing and has no `reservation`; so has a `degraded`
+// answer, even when the failure mode allows it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/reservations (the `Reserve` operationId).
+func (c *Client) ReserveWithBody(ctx context.Context, params *ReserveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReserveRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Reserve Reserve permits, to settle once the real cost is known
+//
+// Takes the items' permits as `POST /v1/decide` does, all or nothing,
+// and, when they fit, holds them as a reservation named by the
+// answer's `reservation`. Settle it with
+// `POST /v1/reservations/{id}/settle` once the real cost is known:
+// what was spent beyond the reservation is charged, what was not is
+// refunded. Cancel it with `DELETE /v1/reservations/{id}` to give
+// everything back. A reservation not settled within its `ttl`
+// (default `5m`, at most `1h`) stays charged as reserved. A denial
+// reserves nothing and has no `reservation`; so has a `degraded`
+// answer, even when the failure mode allows it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/reservations (the `Reserve` operationId).
+func (c *Client) Reserve(ctx context.Context, params *ReserveParams, body ReserveJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReserveRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelReservation Cancel a reservation
+//
+// Gives back every permit the reservation holds, and ends it. The
+// answer has one item per limiter of the reservation, as it stands
+// afterwards. A reservation settled, cancelled or past its TTL is a
+// `404`.
+//
+// Corresponds with DELETE /v1/reservations/{id} (the `CancelReservation` operationId).
+func (c *Client) CancelReservation(ctx context.Context, id ReservationID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelReservationRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SettleReservationWithBody Settle a reservation to what was spent
+//
+// For each limiter named, charges what was spent beyond what the
+// reservation holds of it (into debt if need be, as
+// `POST /v1/charge` does) or refunds what was not spent, all in one
+// step, and ends the reservation. A limiter of the reservation that
+// is not named stays charged as reserved; one the reservation does
+// not hold is a `400`, and changes nothing. `permits` may be 0:
+// nothing was spent on that limiter. A reservation settled,
+// cancelled or past its TTL is a `404`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/reservations/{id}/settle (the `SettleReservation` operationId).
+func (c *Client) SettleReservationWithBody(ctx context.Context, id ReservationID, params *SettleReservationParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSettleReservationRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SettleReservation Settle a reservation to what was spent
+//
+// For each limiter named, charges what was spent beyond what the
+// reservation holds of it (into debt if need be, as
+// `POST /v1/charge` does) or refunds what was not spent, all in one
+// step, and ends the reservation. A limiter of the reservation that
+// is not named stays charged as reserved; one the reservation does
+// not hold is a `400`, and changes nothing. `permits` may be 0:
+// nothing was spent on that limiter. A reservation settled,
+// cancelled or past its TTL is a `404`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/reservations/{id}/settle (the `SettleReservation` operationId).
+func (c *Client) SettleReservation(ctx context.Context, id ReservationID, params *SettleReservationParams, body SettleReservationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSettleReservationRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2562,6 +2848,157 @@ func NewRefundRequestWithBody(server string, params *RefundParams, contentType s
 	return req, nil
 }
 
+// NewReserveRequest calls the generic Reserve builder with application/json body
+func NewReserveRequest(server string, params *ReserveParams, body ReserveJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReserveRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewReserveRequestWithBody constructs an http.Request for the Reserve method, with any body, and a specified content type
+func NewReserveRequestWithBody(server string, params *ReserveParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/reservations")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCancelReservationRequest constructs an http.Request for the CancelReservation method
+func NewCancelReservationRequest(server string, id ReservationID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/reservations/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSettleReservationRequest calls the generic SettleReservation builder with application/json body
+func NewSettleReservationRequest(server string, id ReservationID, params *SettleReservationParams, body SettleReservationJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSettleReservationRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewSettleReservationRequestWithBody constructs an http.Request for the SettleReservation method, with any body, and a specified content type
+func NewSettleReservationRequestWithBody(server string, id ReservationID, params *SettleReservationParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/reservations/%s/settle", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListLowestTenantsRequest constructs an http.Request for the ListLowestTenants method
 func NewListLowestTenantsRequest(server string, params *ListLowestTenantsParams) (*http.Request, error) {
 	var err error
@@ -3119,6 +3556,86 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/refund (the `Refund` operationId).
 	RefundWithResponse(ctx context.Context, params *RefundParams, body RefundJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundResponse, error)
+
+	// ReserveWithBodyWithResponse Reserve permits, to settle once the real cost is known
+	//
+	// Takes the items' permits as `POST /v1/decide` does, all or nothing,
+	// and, when they fit, holds them as a reservation named by the
+	// answer's `reservation`. Settle it with
+	// `POST /v1/reservations/{id}/settle` once the real cost is known:
+	// what was spent beyond the reservation is charged, what was not is
+	// refunded. Cancel it with `DELETE /v1/reservations/{id}` to give
+	// everything back. A reservation not settled within its `ttl`
+	// (default `5m`, at most `1h`) stays charged as reserved. A denial
+	// reserves nothing and has no `reservation`; so has a `degraded`
+	// answer, even when the failure mode allows it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/reservations (the `Reserve` operationId).
+	ReserveWithBodyWithResponse(ctx context.Context, params *ReserveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReserveResponse, error)
+
+	// ReserveWithResponse Reserve permits, to settle once the real cost is known
+	//
+	// Takes the items' permits as `POST /v1/decide` does, all or nothing,
+	// and, when they fit, holds them as a reservation named by the
+	// answer's `reservation`. Settle it with
+	// `POST /v1/reservations/{id}/settle` once the real cost is known:
+	// what was spent beyond the reservation is charged, what was not is
+	// refunded. Cancel it with `DELETE /v1/reservations/{id}` to give
+	// everything back. A reservation not settled within its `ttl`
+	// (default `5m`, at most `1h`) stays charged as reserved. A denial
+	// reserves nothing and has no `reservation`; so has a `degraded`
+	// answer, even when the failure mode allows it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/reservations (the `Reserve` operationId).
+	ReserveWithResponse(ctx context.Context, params *ReserveParams, body ReserveJSONRequestBody, reqEditors ...RequestEditorFn) (*ReserveResponse, error)
+
+	// CancelReservationWithResponse Cancel a reservation
+	//
+	// Gives back every permit the reservation holds, and ends it. The
+	// answer has one item per limiter of the reservation, as it stands
+	// afterwards. A reservation settled, cancelled or past its TTL is a
+	// `404`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/reservations/{id} (the `CancelReservation` operationId).
+	CancelReservationWithResponse(ctx context.Context, id ReservationID, reqEditors ...RequestEditorFn) (*CancelReservationResponse, error)
+
+	// SettleReservationWithBodyWithResponse Settle a reservation to what was spent
+	//
+	// For each limiter named, charges what was spent beyond what the
+	// reservation holds of it (into debt if need be, as
+	// `POST /v1/charge` does) or refunds what was not spent, all in one
+	// step, and ends the reservation. A limiter of the reservation that
+	// is not named stays charged as reserved; one the reservation does
+	// not hold is a `400`, and changes nothing. `permits` may be 0:
+	// nothing was spent on that limiter. A reservation settled,
+	// cancelled or past its TTL is a `404`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/reservations/{id}/settle (the `SettleReservation` operationId).
+	SettleReservationWithBodyWithResponse(ctx context.Context, id ReservationID, params *SettleReservationParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SettleReservationResponse, error)
+
+	// SettleReservationWithResponse Settle a reservation to what was spent
+	//
+	// For each limiter named, charges what was spent beyond what the
+	// reservation holds of it (into debt if need be, as
+	// `POST /v1/charge` does) or refunds what was not spent, all in one
+	// step, and ends the reservation. A limiter of the reservation that
+	// is not named stays charged as reserved; one the reservation does
+	// not hold is a `400`, and changes nothing. `permits` may be 0:
+	// nothing was spent on that limiter. A reservation settled,
+	// cancelled or past its TTL is a `404`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/reservations/{id}/settle (the `SettleReservation` operationId).
+	SettleReservationWithResponse(ctx context.Context, id ReservationID, params *SettleReservationParams, body SettleReservationJSONRequestBody, reqEditors ...RequestEditorFn) (*SettleReservationResponse, error)
 
 	// ListLowestTenantsWithResponse List the tenants closest to their limit
 	//
@@ -4300,6 +4817,282 @@ func (r RefundResponse) ContentType() string {
 	return ""
 }
 
+// ReserveResponse200Headers the declared response headers of an HTTP 200 response for Reserve
+type ReserveResponse200Headers struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      *int64
+}
+
+type ReserveResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Verdict
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *IdempotencyMismatch
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReserveResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReserveResponse) GetJSON200() *Verdict {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReserveResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReserveResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReserveResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReserveResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReserveResponse) GetApplicationProblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReserveResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReserveResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReserveResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReserveResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReserveResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReserveResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CancelReservationResponse200Headers the declared response headers of an HTTP 200 response for CancelReservation
+type CancelReservationResponse200Headers struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      *int64
+}
+
+type CancelReservationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Verdict
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CancelReservationResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelReservationResponse) GetJSON200() *Verdict {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelReservationResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelReservationResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelReservationResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CancelReservationResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelReservationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelReservationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelReservationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelReservationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SettleReservationResponse200Headers the declared response headers of an HTTP 200 response for SettleReservation
+type SettleReservationResponse200Headers struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      *int64
+}
+
+type SettleReservationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Verdict
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *IdempotencyMismatch
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *SettleReservationResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SettleReservationResponse) GetJSON200() *Verdict {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SettleReservationResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SettleReservationResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SettleReservationResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r SettleReservationResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SettleReservationResponse) GetApplicationProblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SettleReservationResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SettleReservationResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r SettleReservationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SettleReservationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SettleReservationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SettleReservationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListLowestTenantsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5047,6 +5840,116 @@ func (c *ClientWithResponses) RefundWithResponse(ctx context.Context, params *Re
 		return nil, err
 	}
 	return ParseRefundResponse(rsp)
+}
+
+// ReserveWithBodyWithResponse Reserve permits, to settle once the real cost is known
+//
+// Takes the items' permits as `POST /v1/decide` does, all or nothing,
+// and, when they fit, holds them as a reservation named by the
+// answer's `reservation`. Settle it with
+// `POST /v1/reservations/{id}/settle` once the real cost is known:
+// what was spent beyond the reservation is charged, what was not is
+// refunded. Cancel it with `DELETE /v1/reservations/{id}` to give
+// everything back. A reservation not settled within its `ttl`
+// (default `5m`, at most `1h`) stays charged as reserved. A denial
+// reserves nothing and has no `reservation`; so has a `degraded`
+// answer, even when the failure mode allows it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/reservations (the `Reserve` operationId).
+func (c *ClientWithResponses) ReserveWithBodyWithResponse(ctx context.Context, params *ReserveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReserveResponse, error) {
+	rsp, err := c.ReserveWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReserveResponse(rsp)
+}
+
+// ReserveWithResponse Reserve permits, to settle once the real cost is known
+//
+// Takes the items' permits as `POST /v1/decide` does, all or nothing,
+// and, when they fit, holds them as a reservation named by the
+// answer's `reservation`. Settle it with
+// `POST /v1/reservations/{id}/settle` once the real cost is known:
+// what was spent beyond the reservation is charged, what was not is
+// refunded. Cancel it with `DELETE /v1/reservations/{id}` to give
+// everything back. A reservation not settled within its `ttl`
+// (default `5m`, at most `1h`) stays charged as reserved. A denial
+// reserves nothing and has no `reservation`; so has a `degraded`
+// answer, even when the failure mode allows it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/reservations (the `Reserve` operationId).
+func (c *ClientWithResponses) ReserveWithResponse(ctx context.Context, params *ReserveParams, body ReserveJSONRequestBody, reqEditors ...RequestEditorFn) (*ReserveResponse, error) {
+	rsp, err := c.Reserve(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReserveResponse(rsp)
+}
+
+// CancelReservationWithResponse Cancel a reservation
+//
+// Gives back every permit the reservation holds, and ends it. The
+// answer has one item per limiter of the reservation, as it stands
+// afterwards. A reservation settled, cancelled or past its TTL is a
+// `404`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/reservations/{id} (the `CancelReservation` operationId).
+func (c *ClientWithResponses) CancelReservationWithResponse(ctx context.Context, id ReservationID, reqEditors ...RequestEditorFn) (*CancelReservationResponse, error) {
+	rsp, err := c.CancelReservation(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelReservationResponse(rsp)
+}
+
+// SettleReservationWithBodyWithResponse Settle a reservation to what was spent
+//
+// For each limiter named, charges what was spent beyond what the
+// reservation holds of it (into debt if need be, as
+// `POST /v1/charge` does) or refunds what was not spent, all in one
+// step, and ends the reservation. A limiter of the reservation that
+// is not named stays charged as reserved; one the reservation does
+// not hold is a `400`, and changes nothing. `permits` may be 0:
+// nothing was spent on that limiter. A reservation settled,
+// cancelled or past its TTL is a `404`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/reservations/{id}/settle (the `SettleReservation` operationId).
+func (c *ClientWithResponses) SettleReservationWithBodyWithResponse(ctx context.Context, id ReservationID, params *SettleReservationParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SettleReservationResponse, error) {
+	rsp, err := c.SettleReservationWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSettleReservationResponse(rsp)
+}
+
+// SettleReservationWithResponse Settle a reservation to what was spent
+//
+// For each limiter named, charges what was spent beyond what the
+// reservation holds of it (into debt if need be, as
+// `POST /v1/charge` does) or refunds what was not spent, all in one
+// step, and ends the reservation. A limiter of the reservation that
+// is not named stays charged as reserved; one the reservation does
+// not hold is a `400`, and changes nothing. `permits` may be 0:
+// nothing was spent on that limiter. A reservation settled,
+// cancelled or past its TTL is a `404`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/reservations/{id}/settle (the `SettleReservation` operationId).
+func (c *ClientWithResponses) SettleReservationWithResponse(ctx context.Context, id ReservationID, params *SettleReservationParams, body SettleReservationJSONRequestBody, reqEditors ...RequestEditorFn) (*SettleReservationResponse, error) {
+	rsp, err := c.SettleReservation(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSettleReservationResponse(rsp)
 }
 
 // ListLowestTenantsWithResponse List the tenants closest to their limit
@@ -6126,6 +7029,291 @@ func ParseRefundResponse(rsp *http.Response) (*RefundResponse, error) {
 	switch {
 	case rsp.StatusCode == 200:
 		var headers RefundResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReserveResponse parses an HTTP response from a ReserveWithResponse call
+func ParseReserveResponse(rsp *http.Response) (*ReserveResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReserveResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Verdict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReserveResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCancelReservationResponse parses an HTTP response from a CancelReservationWithResponse call
+func ParseCancelReservationResponse(rsp *http.Response) (*CancelReservationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelReservationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Verdict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CancelReservationResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSettleReservationResponse parses an HTTP response from a SettleReservationWithResponse call
+func ParseSettleReservationResponse(rsp *http.Response) (*SettleReservationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SettleReservationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Verdict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers SettleReservationResponse200Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

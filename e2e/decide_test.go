@@ -74,6 +74,17 @@ func TestDecide(t *testing.T) {
 		t.Fatalf("refund 4 and 1: got %v %s, want 1 and 3 left", err, rres.Body)
 	}
 
+	// A reservation holds its permits until it is cancelled.
+	two := int64(2)
+	vres, err := api.ReserveWithResponse(t.Context(), nil, client.ReserveRequest{Items: []client.DecideItem{{Limiter: "dec-daily", Permits: &two}}, TTL: ptr("1m")})
+	if err != nil || vres.JSON200 == nil || vres.JSON200.Reservation == nil || vres.JSON200.Items[0].Remaining != 1 {
+		t.Fatalf("reserve 2 of 3: %v %s", err, vres.Body)
+	}
+	xres, err := api.CancelReservationWithResponse(t.Context(), *vres.JSON200.Reservation)
+	if err != nil || xres.JSON200 == nil || xres.JSON200.Items[0].Remaining != 3 {
+		t.Fatalf("cancel: %v %s, want 3 left", err, xres.Body)
+	}
+
 	put(t, api, "dec-solo", client.LimiterSpec{Limit: 5, Period: "1h"})
 	key := &client.DecideParams{IdempotencyKey: ptr("dec-key-1")}
 	for i := range 3 {
@@ -201,5 +212,27 @@ func TestDecideAcrossReplicas(t *testing.T) {
 	}
 	if got := available(t, replicas[2].api, "rep-once"); got != 70 {
 		t.Errorf("after a charge of 30 sent 3 times with one key: %d left, want 70", got)
+	}
+
+	// A reservation made through one replica is settled through another,
+	// once.
+	n := int64(20)
+	rres, err := replicas[0].api.ReserveWithResponse(t.Context(), nil, client.ReserveRequest{Items: []client.DecideItem{{Limiter: "rep-once", Permits: &n}}})
+	if err != nil || rres.JSON200 == nil || rres.JSON200.Reservation == nil || rres.JSON200.Items[0].Remaining != 50 {
+		t.Fatalf("reserve 20 of 70: %v %s", err, rres.Body)
+	}
+	id := *rres.JSON200.Reservation
+	settle := client.SettleRequest{Items: []client.SettleItem{{Limiter: "rep-once", Permits: 45}}}
+	sres, err := replicas[1].api.SettleReservationWithResponse(t.Context(), id, nil, settle)
+	if err != nil || sres.JSON200 == nil || sres.JSON200.Items[0].Remaining != 25 {
+		t.Fatalf("settle at 45 through another replica: %v %s, want 25 left", err, sres.Body)
+	}
+	again, err := replicas[2].api.SettleReservationWithResponse(t.Context(), id, nil, settle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProblem(t, again, http.StatusNotFound, "/v1/reservations/"+id+"/settle", "")
+	if got := available(t, replicas[0].api, "rep-once"); got != 25 {
+		t.Errorf("after settling twice: %d left, want 25", got)
 	}
 }

@@ -507,6 +507,42 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// ReserveRequest The items to reserve, all or nothing, and how long the reservation waits to be settled.
+//
+// Example: {"items":[{"limiter":"llm-tokens","permits":4000}],"ttl":"2m"}
+type ReserveRequest struct {
+	// Items The items, answered in this order.
+	Items []DecideItem `json:"items"`
+
+	// TTL How long the reservation waits to be settled, a Go duration from `1ms` to `1h`; `5m` when left out.
+	//
+	// Example: 2m
+	TTL *string `json:"ttl,omitempty"`
+}
+
+// SettleItem What was spent on one limiter of a reservation.
+//
+// Example: {"limiter":"llm-tokens","permits":6500}
+type SettleItem struct {
+	// Limiter The limiter's name.
+	//
+	// Example: llm-tokens
+	Limiter string `json:"limiter"`
+
+	// Permits How many permits were actually spent on it; 0 when none were.
+	//
+	// Example: 6500
+	Permits int64 `json:"permits"`
+}
+
+// SettleRequest What was actually spent on the reservation's limiters.
+//
+// Example: {"items":[{"limiter":"llm-tokens","permits":6500}]}
+type SettleRequest struct {
+	// Items The limiters settled, answered in this order.
+	Items []SettleItem `json:"items"`
+}
+
 // Tenant The normalized tenant key: an IPv4 address, or the IPv6 network
 // (a /64 by default) the address belongs to.
 //
@@ -650,6 +686,13 @@ type Verdict struct {
 	// Example: true
 	Replayed *bool `json:"replayed,omitempty"`
 
+	// Reservation The reservation an allowed `POST /v1/reservations` made, to
+	// settle or cancel; absent otherwise.
+	//
+	//
+	// Example: g.llm.3f9a1c0d5e7b2a4f6c8d0e1f2a3b4c5d
+	Reservation *string `json:"reservation,omitempty"`
+
 	// RetryAfterMs When denied and not `exceeds_capacity`: how long until every
 	// item fits, assuming nobody else takes permits meanwhile.
 	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
@@ -669,6 +712,9 @@ type PageSize = int32
 
 // PageToken defines model for PageToken.
 type PageToken = string
+
+// ReservationID defines model for ReservationID.
+type ReservationID = string
 
 // TenantIP defines model for TenantIP.
 type TenantIP = string
@@ -785,6 +831,34 @@ type RefundParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ReserveParams defines parameters for Reserve.
+type ReserveParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// SettleReservationParams defines parameters for SettleReservation.
+type SettleReservationParams struct {
+	// IdempotencyKey Makes the request safe to retry. The first request with a key is
+	// decided and its answer remembered for 10 minutes, where its
+	// limiters live (their group, or the one limiter); a retry with the
+	// same key and the same body gets that answer back, with
+	// `"replayed": true`, and changes nothing. Use it when a request
+	// timed out: the server may have decided it, and the retry is then
+	// charged nothing more. The same key with another body is refused
+	// with 422. 1 to 128 ASCII letters, digits, `.`, `_`, `-` or `:`
+	// (a UUID fits).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListLowestTenantsParams defines parameters for ListLowestTenants.
 type ListLowestTenantsParams struct {
 	// K The most tenants to return.
@@ -811,6 +885,12 @@ type PeekJSONRequestBody = DecideRequest
 
 // RefundJSONRequestBody defines body for Refund for application/json ContentType.
 type RefundJSONRequestBody = DecideRequest
+
+// ReserveJSONRequestBody defines body for Reserve for application/json ContentType.
+type ReserveJSONRequestBody = ReserveRequest
+
+// SettleReservationJSONRequestBody defines body for SettleReservation for application/json ContentType.
+type SettleReservationJSONRequestBody = SettleRequest
 
 // AcquireTenantJSONRequestBody defines body for AcquireTenant for application/json ContentType.
 type AcquireTenantJSONRequestBody = AcquireRequest

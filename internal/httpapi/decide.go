@@ -73,6 +73,12 @@ func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limit
 			s.tel.decided(c.Name, limiter.Decision{Permits: c.Permits, Allowed: v.Allowed, Degraded: v.Degraded})
 		}
 	}
+	return s.verdictAnswer(ctx, v), nil
+}
+
+// verdictAnswer is the answer to v, with the rate-limit headers of its
+// limiters unless it is degraded.
+func (s *server) verdictAnswer(ctx context.Context, v limiter.Verdict) *verdictAnswer {
 	a := &verdictAnswer{v: v}
 	if !v.Degraded {
 		// One entry per limiter, in the order of the items.
@@ -88,7 +94,7 @@ func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limit
 		}
 		a.policy, a.rateLimit = strings.Join(policies, ", "), strings.Join(limits, ", ")
 	}
-	return a, nil
+	return a
 }
 
 // decideProblem is the problem of a decision the domain refused: the ones
@@ -128,12 +134,25 @@ var (
 	_ gen.PeekResponseObject   = (*verdictAnswer)(nil)
 	_ gen.ChargeResponseObject = (*verdictAnswer)(nil)
 	_ gen.RefundResponseObject = (*verdictAnswer)(nil)
+
+	_ gen.ReserveResponseObject           = (*verdictAnswer)(nil)
+	_ gen.SettleReservationResponseObject = (*verdictAnswer)(nil)
+	_ gen.CancelReservationResponseObject = (*verdictAnswer)(nil)
 )
 
 func (a *verdictAnswer) VisitDecideResponse(w http.ResponseWriter) error { return a.write(w) }
 func (a *verdictAnswer) VisitPeekResponse(w http.ResponseWriter) error   { return a.write(w) }
 func (a *verdictAnswer) VisitChargeResponse(w http.ResponseWriter) error { return a.write(w) }
 func (a *verdictAnswer) VisitRefundResponse(w http.ResponseWriter) error { return a.write(w) }
+func (a *verdictAnswer) VisitReserveResponse(w http.ResponseWriter) error {
+	return a.write(w)
+}
+func (a *verdictAnswer) VisitSettleReservationResponse(w http.ResponseWriter) error {
+	return a.write(w)
+}
+func (a *verdictAnswer) VisitCancelReservationResponse(w http.ResponseWriter) error {
+	return a.write(w)
+}
 
 func (a *verdictAnswer) write(w http.ResponseWriter) error {
 	v := a.v
@@ -145,6 +164,10 @@ func (a *verdictAnswer) write(w http.ResponseWriter) error {
 	if v.Replayed {
 		t := true
 		body.Replayed = &t
+	}
+	if v.Reservation != "" {
+		id := v.Reservation
+		body.Reservation = &id
 	}
 	retry := !v.Allowed && !v.ExceedsCapacity && !v.Degraded
 	if retry {

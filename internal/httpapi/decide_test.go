@@ -291,3 +291,67 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Errorf("after refusals: %d left, want 6", got)
 	}
 }
+
+// TestReservations: reserve an estimate, settle to the real cost or
+// cancel, through the generated client.
+func TestReservations(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put("llm-tokens", client.LimiterSpec{Limit: 100000, Period: "1m", Group: ptr("llm")})
+	e.put("llm-daily", client.LimiterSpec{Limit: 2000000, Period: "24h", Group: ptr("llm")})
+	both := func(n int64) []client.DecideItem {
+		return []client.DecideItem{{Limiter: "llm-tokens", Permits: &n}, {Limiter: "llm-daily", Permits: &n}}
+	}
+	res, err := e.c.ReserveWithResponse(ctx, nil, client.ReserveRequest{Items: both(4000), TTL: ptr("2m")})
+	if err != nil || res.JSON200 == nil || !res.JSON200.Allowed || res.JSON200.Reservation == nil {
+		t.Fatalf("reserve 4,000: %v %s", err, res.Body)
+	}
+	id := *res.JSON200.Reservation
+	if !strings.HasPrefix(id, "g.llm.") {
+		t.Errorf("reservation %q, want it to name the group", id)
+	}
+	sres, err := e.c.SettleReservationWithResponse(ctx, id, nil, client.SettleRequest{Items: []client.SettleItem{{Limiter: "llm-tokens", Permits: 6500}, {Limiter: "llm-daily", Permits: 6500}}})
+	if err != nil || sres.JSON200 == nil {
+		t.Fatalf("settle at 6,500: %v %s", err, sres.Body)
+	}
+	if got := sres.JSON200.Items; got[0].Remaining != 93500 || got[1].Remaining != 1993500 || got[0].Permits != 6500 {
+		t.Errorf("settle at 6,500: got %+v, want 93,500 and 1,993,500 left", got)
+	}
+	again, body := e.raw(http.MethodPost, "/v1/reservations/"+id+"/settle", "application/json", `{"items":[{"limiter":"llm-tokens","permits":1}]}`)
+	checkProblem(t, again, body, http.StatusNotFound)
+
+	res, err = e.c.ReserveWithResponse(ctx, nil, client.ReserveRequest{Items: both(4000)})
+	if err != nil || res.JSON200 == nil || res.JSON200.Reservation == nil {
+		t.Fatalf("reserve again: %v %s", err, res.Body)
+	}
+	cres, err := e.c.CancelReservationWithResponse(ctx, *res.JSON200.Reservation)
+	if err != nil || cres.JSON200 == nil || cres.JSON200.Items[0].Remaining != 93500 || len(cres.JSON200.Items) != 2 {
+		t.Fatalf("cancel: %v %s, want 93,500 left", err, cres.Body)
+	}
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{http.MethodPost, "/v1/reservations", `{"items":[{"limiter":"llm-tokens"}],"ttl":"2h"}`, http.StatusBadRequest},
+		{http.MethodPost, "/v1/reservations", `{"items":[{"limiter":"llm-tokens"}],"ttl":"soon"}`, http.StatusBadRequest},
+		{http.MethodPost, "/v1/reservations", `{"items":[{"limiter":"nope"}]}`, http.StatusNotFound},
+		{http.MethodPost, "/v1/reservations/not-an-id/settle", `{"items":[{"limiter":"llm-tokens","permits":1}]}`, http.StatusBadRequest},
+		{http.MethodPost, "/v1/reservations/" + id + "/settle", `{"items":[{"limiter":"llm-tokens","permits":-1}]}`, http.StatusBadRequest},
+		{http.MethodDelete, "/v1/reservations/" + id, ``, http.StatusNotFound},
+		{http.MethodDelete, "/v1/reservations/g.x", ``, http.StatusBadRequest},
+	} {
+		res, body := e.raw(tc.method, tc.path, "application/json", tc.body)
+		checkProblem(t, res, body, tc.status)
+	}
+	// A settlement naming a limiter the reservation does not hold is a 400
+	// that changes nothing.
+	e.put("other", client.LimiterSpec{Limit: 10, Period: "1h", Group: ptr("llm")})
+	res, err = e.c.ReserveWithResponse(ctx, nil, client.ReserveRequest{Items: both(1000)})
+	if err != nil || res.JSON200 == nil || res.JSON200.Reservation == nil {
+		t.Fatalf("reserve: %v %s", err, res.Body)
+	}
+	bad, body := e.raw(http.MethodPost, "/v1/reservations/"+*res.JSON200.Reservation+"/settle", "application/json", `{"items":[{"limiter":"other","permits":1}]}`)
+	checkProblem(t, bad, body, http.StatusBadRequest)
+	if got := e.available("other"); got != 10 {
+		t.Errorf("other: %d left, want 10", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
@@ -39,6 +40,13 @@ func (f fakeLimiters) AcquireBatch(_ context.Context, reqs []limiter.Request, ou
 }
 func (f fakeLimiters) Available(context.Context, string) (limiter.Availability, error) {
 	return limiter.Availability{}, nil
+}
+func (f fakeLimiters) Reserve(_ context.Context, items []limiter.Item, _ time.Duration, _ string) (limiter.Verdict, error) {
+	_, err := f.acquire(items[0].Name, items[0].Permits)
+	return limiter.Verdict{}, err
+}
+func (f fakeLimiters) Settle(context.Context, string, []limiter.Item, string) (limiter.Verdict, error) {
+	return limiter.Verdict{}, limiter.ErrReservationNotFound
 }
 func (f fakeLimiters) Decide(_ context.Context, items []limiter.Item, _ limiter.Mode, _ string) (limiter.Verdict, error) {
 	_, err := f.acquire(items[0].Name, items[0].Permits)

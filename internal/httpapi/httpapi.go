@@ -59,6 +59,10 @@ type Limiters interface {
 	// Decide decides items together, all or nothing; see
 	// limiter.Service.Decide.
 	Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error)
+	// Reserve and Settle make and settle reservations; see
+	// limiter.Service.Reserve and limiter.Service.Settle.
+	Reserve(ctx context.Context, items []limiter.Item, ttl time.Duration, once string) (limiter.Verdict, error)
+	Settle(ctx context.Context, id string, actual []limiter.Item, once string) (limiter.Verdict, error)
 }
 
 // Tenants is the per-IP limiter the API serves. It is safe for concurrent

@@ -125,6 +125,9 @@ type Verdict struct {
 	// Replayed reports the answer to an earlier decision made with the
 	// same idempotency key, given back unchanged: nothing was decided now.
 	Replayed bool
+	// Reservation is the ID of the reservation an allowed Reserve made;
+	// empty otherwise.
+	Reservation string
 }
 
 // Check is what one item of a joint decision found. Items that name the

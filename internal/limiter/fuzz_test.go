@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +111,35 @@ func FuzzCheckName(f *testing.F) {
 			if !ok {
 				t.Fatalf("accepted %q with byte %q", s, c)
 			}
+		}
+	})
+}
+
+// FuzzParseReservationID: any text either parses to a scope and a random
+// part from which NewReservationID's format gives the text back, or is
+// refused with ErrInvalidReservation; it never panics.
+func FuzzParseReservationID(f *testing.F) {
+	for _, seed := range []string{
+		limiter.NewReservationID("g:checkout"), limiter.NewReservationID("l:a.b-c_d"),
+		"", "g.", "g..0", "x.a.00000000000000000000000000000000", "g.-a.00000000000000000000000000000000",
+		"l.a.0000000000000000000000000000000g", "g.a.b.00000000000000000000000000000000",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		scope, random, err := limiter.ParseReservationID(id)
+		if err != nil {
+			if !errors.Is(err, limiter.ErrInvalidReservation) {
+				t.Fatalf("ParseReservationID(%q): %v, want ErrInvalidReservation", id, err)
+			}
+			return
+		}
+		kind, where, ok := strings.Cut(scope, ":")
+		if !ok || (kind != "g" && kind != "l") || !limiter.ValidName(where) || len(random) != 32 {
+			t.Fatalf("ParseReservationID(%q) = %q, %q", id, scope, random)
+		}
+		if again := kind + "." + where + "." + random; again != id {
+			t.Fatalf("ParseReservationID(%q) = %q, %q, which format as %q", id, scope, random, again)
 		}
 	})
 }

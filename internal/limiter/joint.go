@@ -15,16 +15,7 @@ import "slices"
 // never deadlock and no lock is shared by unrelated limiters.
 func DecideAll(now int64, ls []*Limiter, totals []int64, mode Mode) (found []Check) {
 	t := clampNow(now)
-	order := make([]int, len(ls))
-	for j := range order {
-		order[j] = j
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		if ls[a].id < ls[b].id {
-			return -1
-		}
-		return 1
-	})
+	order := lockOrder(ls)
 	for _, j := range order {
 		ls[j].mu.Lock()
 	}
@@ -50,6 +41,60 @@ func DecideAll(now int64, ls []*Limiter, totals []int64, mode Mode) (found []Che
 		ls[j].mu.Unlock()
 	}
 	return found
+}
+
+// AdjustAll charges deltas[j] permits to ls[j] where it is positive and
+// refunds -deltas[j] where it is negative, at now, all in one step, as
+// DecideAll does; found[j] is ls[j] as it is then, Fits set. The limiters
+// must be distinct.
+func AdjustAll(now int64, ls []*Limiter, deltas []int64) (found []Check) {
+	t := clampNow(now)
+	order := lockOrder(ls)
+	for _, j := range order {
+		ls[j].mu.Lock()
+	}
+	found = make([]Check, len(ls))
+	for j, l := range ls {
+		switch d := deltas[j]; {
+		case d > 0:
+			found[j] = l.adjust(t, d, Charge)
+		case d < 0:
+			found[j] = l.adjust(t, -d, Refund)
+		default:
+			found[j] = l.state(t)
+		}
+	}
+	for _, j := range order {
+		ls[j].mu.Unlock()
+	}
+	return found
+}
+
+// lockOrder is the order in which DecideAll and AdjustAll lock ls: the
+// order the limiters were made in.
+func lockOrder(ls []*Limiter) []int {
+	order := make([]int, len(ls))
+	for j := range order {
+		order[j] = j
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if ls[a].id < ls[b].id {
+			return -1
+		}
+		return 1
+	})
+	return order
+}
+
+// state reports the limiter as it is now, Fits set. l.mu must be held.
+func (l *Limiter) state(now int64) Check {
+	var av Availability
+	if l.gcra {
+		av = l.rate.Available(l.tat, now)
+	} else {
+		av = l.log.Available(l.window, now)
+	}
+	return Check{Fits: true, Remaining: av.Remaining, Limit: av.Limit, ResetAfter: av.ResetAfter}
 }
 
 // fit reports whether n permits fit now, recording nothing, with the
@@ -81,23 +126,17 @@ func (l *Limiter) take(now, n int64) Check {
 // adjust charges or refunds n permits, and reports the limiter as it is
 // then. l.mu must be held.
 func (l *Limiter) adjust(now, n int64, mode Mode) Check {
-	var av Availability
-	if l.gcra {
-		if mode == Charge {
-			l.tat = l.rate.Charge(l.tat, now, n)
-		} else {
-			l.tat = l.rate.Refund(l.tat, now, n)
-		}
-		av = l.rate.Available(l.tat, now)
-	} else {
-		if mode == Charge {
-			l.log.Charge(l.window, now, n)
-		} else {
-			l.log.Refund(l.window, now, n)
-		}
-		av = l.log.Available(l.window, now)
+	switch {
+	case l.gcra && mode == Charge:
+		l.tat = l.rate.Charge(l.tat, now, n)
+	case l.gcra:
+		l.tat = l.rate.Refund(l.tat, now, n)
+	case mode == Charge:
+		l.log.Charge(l.window, now, n)
+	default:
+		l.log.Refund(l.window, now, n)
 	}
-	return Check{Fits: true, Remaining: av.Remaining, Limit: av.Limit, ResetAfter: av.ResetAfter}
+	return l.state(now)
 }
 
 func checkOf(d Decision) Check {

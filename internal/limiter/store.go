@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Definition is a named Policy.
@@ -51,6 +52,14 @@ type Store interface {
 	// is checked and remembered atomically with the decision, in its
 	// Scope.
 	Decide(ctx context.Context, items []Item, mode Mode, once string) (Verdict, error)
+	// Reserve is Decide under Take that, when allowed, also holds the
+	// items as a reservation for ttl, in the same step, under a new ID
+	// (NewReservationID) that the verdict gives; see Service.Reserve.
+	Reserve(ctx context.Context, items []Item, ttl time.Duration, once string) (Verdict, error)
+	// Settle settles or, with a nil actual, cancels the reservation id
+	// (ParseReservationID accepts it), as Service.Settle describes, in one
+	// step with the end of the reservation.
+	Settle(ctx context.Context, id string, actual []Item, once string) (Verdict, error)
 }
 
 // MaxNameLen is the longest limiter name.

@@ -29,6 +29,7 @@ type Store struct {
 	names btree.Set[string] // the keys of byKey, in order, for List
 	peak  int               // most entries byKey held since it was made; see shrink
 	once  *onceTable
+	rsv   *reservations
 }
 
 // entry is one limiter and its group.
@@ -48,7 +49,7 @@ func New(clock *limiter.Clock, maxLimiters int) *Store {
 	if maxLimiters <= 0 {
 		maxLimiters = limiter.DefaultMaxLimiters
 	}
-	return &Store{clock: clock, max: maxLimiters, byKey: make(map[string]entry), once: newOnceTable()}
+	return &Store{clock: clock, max: maxLimiters, byKey: make(map[string]entry), once: newOnceTable(), rsv: newReservations()}
 }
 
 // Put creates or replaces a limiter. An identical policy keeps the state.
@@ -192,35 +193,56 @@ func (s *Store) Available(_ context.Context, name string) (limiter.Availability,
 // taken while they are decided, and, with once, that of the key's shard of
 // the idempotency table, which holds at most limiter.MaxOnce keys.
 func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
+	j, err := s.joint(items)
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	decide := func() (limiter.Verdict, error) {
+		found := limiter.DecideAll(s.clock.Now(), j.ls, j.totals, mode)
+		return limiter.NewVerdict(items, found, j.index), nil
+	}
+	if once == "" {
+		return decide()
+	}
+	return s.once.do(j.scope+"\x00"+once, limiter.Fingerprint(items, mode), s.clock.Now(), decide)
+}
+
+// joint is what a decision needs of the store: its limiters, in the order
+// of limiter.Totals, and the Scope of its idempotency keys and
+// reservations.
+type joint struct {
+	names  []string
+	totals []int64
+	index  []int
+	ls     []*limiter.Limiter
+	scope  string
+}
+
+// joint finds the limiters of items and checks their groups.
+func (s *Store) joint(items []limiter.Item) (joint, error) {
 	names, totals, index := limiter.Totals(items)
-	ls := make([]*limiter.Limiter, len(names))
+	j := joint{names: names, totals: totals, index: index, ls: make([]*limiter.Limiter, len(names))}
 	groups := make([]string, len(items))
 	s.mu.RLock()
-	for j, name := range names {
+	for k, name := range names {
 		e, ok := s.byKey[name]
 		if !ok {
 			s.mu.RUnlock()
-			return limiter.Verdict{}, &limiter.MissingError{Name: name}
+			return joint{}, &limiter.MissingError{Name: name}
 		}
-		ls[j] = e.l
+		j.ls[k] = e.l
 		for i := range items {
-			if index[i] == j {
+			if index[i] == k {
 				groups[i] = e.group
 			}
 		}
 	}
 	s.mu.RUnlock()
 	if err := limiter.CheckGroups(items, groups); err != nil {
-		return limiter.Verdict{}, err
+		return joint{}, err
 	}
-	decide := func() (limiter.Verdict, error) {
-		found := limiter.DecideAll(s.clock.Now(), ls, totals, mode)
-		return limiter.NewVerdict(items, found, index), nil
-	}
-	if once == "" {
-		return decide()
-	}
-	return s.once.do(limiter.Scope(items, groups)+"\x00"+once, limiter.Fingerprint(items, mode), s.clock.Now(), decide)
+	j.scope = limiter.Scope(items, groups)
+	return j, nil
 }
 
 func (s *Store) lookup(name string) (entry, error) {

@@ -2,8 +2,13 @@ package redis
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -12,25 +17,56 @@ import (
 
 // Decide decides items together, all or nothing, in one atomic script
 // (decide.lua) at the Redis server's time (or charges or refunds them all,
-// unconditionally, by mode): the limiters of one decision
-// share a group, and so a Cluster slot. The groups are checked first, from
-// what the Store knows of them; the limiters it has not met are looked up
-// in the directory, in one round trip, before that. A limiter not found
-// where the Store believed it lived is looked up again, and the decision
-// made once more if it moved: the first run found no definition and so
-// changed nothing. As with Acquire nothing else is retried: when the error
-// wraps ErrUnavailable the permits may or may not have been taken.
+// unconditionally, by mode): the limiters of one decision share a group,
+// and so a Cluster slot. The groups are checked first, from what the Store
+// knows of them; the limiters it has not met are looked up in the
+// directory, in one round trip, before that. A limiter not found where the
+// Store believed it lived is looked up again, and the decision made once
+// more if it moved: the first run found no definition and so changed
+// nothing. As with Acquire nothing else is retried: when the error wraps
+// ErrUnavailable the permits may or may not have been taken.
 //
 // A decision with once remembers it for limiter.OnceTTL under
 // <prefix>{<tag>}#once:<once>, in the slot of its limiters (tag is their
 // group, or the one limiter's name), checked and written by the same
 // script: a retry is answered from it and decides nothing.
 func (s *Store) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
-	return s.decideAt(ctx, items, mode, once, "")
+	return s.decideAt(ctx, items, call{mode: mode.String(), once: once, fingerprint: fingerprint(items, mode, once)}, "")
 }
 
-// decideAt is Decide at nowMicros (see acquire); only tests pass one.
-func (s *Store) decideAt(ctx context.Context, items []limiter.Item, mode limiter.Mode, once, nowMicros string) (limiter.Verdict, error) {
+// Reserve is Decide under Take that also writes the reservation,
+// <prefix>{<tag>}#rsv:<random>, in the same script when the items fit; it
+// expires after ttl. With once, the reservation's ID derives from the key,
+// so that a replayed answer names the reservation the first one made.
+func (s *Store) Reserve(ctx context.Context, items []limiter.Item, ttl time.Duration, once string) (limiter.Verdict, error) {
+	c := call{mode: "take", once: once, ttl: ttl}
+	if once != "" {
+		c.fingerprint = "reserve " + strconv.FormatInt(int64(ttl), 10) + " " + limiter.Fingerprint(items, limiter.Take)
+	}
+	return s.decideAt(ctx, items, c, "")
+}
+
+// fingerprint is what the idempotency key once remembers of a decision:
+// nothing without a key.
+func fingerprint(items []limiter.Item, mode limiter.Mode, once string) string {
+	if once == "" {
+		return ""
+	}
+	return limiter.Fingerprint(items, mode)
+}
+
+// call is one run of decide.lua beyond its limiters and permits: its mode
+// by decide.lua's name, the idempotency key and its fingerprint, and, for
+// a reservation, its TTL (Reserve) or ID (Settle).
+type call struct {
+	mode              string
+	once, fingerprint string
+	ttl               time.Duration
+	reservation       string
+}
+
+// decideAt is a decision at nowMicros (see acquire); only tests pass one.
+func (s *Store) decideAt(ctx context.Context, items []limiter.Item, c call, nowMicros string) (limiter.Verdict, error) {
 	names, totals, index := limiter.Totals(items)
 	var unknown []string
 	for _, name := range names {
@@ -63,57 +99,134 @@ func (s *Store) decideAt(ctx context.Context, items []limiter.Item, mode limiter
 			}
 			return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", err)
 		}
-		keys := make([]string, 0, 2*len(names))
-		for j, name := range names {
-			keys = append(keys, s.keysIn(name, groups[j])...)
+		scope := limiter.Scope(items, itemGroups)
+		if c.ttl > 0 {
+			c.reservation = reservationID(scope, c.once)
 		}
-		args := make([]string, 2, 2+len(totals))
-		args[0], args[1] = nowMicros, mode.String() // decide.lua's names
-		for _, n := range totals {
-			args = append(args, strconv.FormatInt(n, 10))
+		v, err := s.run(ctx, items, names, totals, index, groups[0], scope, c, nowMicros)
+		var missing *limiter.MissingError
+		if errors.As(err, &missing) && again && s.relocated(ctx, missing.Name) {
+			continue
 		}
-		if once != "" {
-			tag := groups[0]
-			if tag == "" {
-				tag = names[0]
-			}
-			keys = append(keys, s.prefix+"{"+tag+"}#once:"+once)
-			args = append(args, limiter.Fingerprint(items, mode), strconv.FormatInt(limiter.OnceTTL.Milliseconds(), 10))
-		}
-		v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
-		if err != nil {
-			return limiter.Verdict{}, unavailable("decide", names[0], err)
-		}
-		if len(v) == 1 && v[0] == -1 {
-			return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", limiter.ErrOnceMismatch)
-		}
-		replayed := len(v) > 0 && v[0] == 2
-		if replayed {
-			v[0] = 1
-		}
-		if len(v) == 2 && v[0] == 0 && v[1] >= 1 && v[1] <= int64(len(names)) {
-			missing := names[v[1]-1]
-			if again && s.relocated(ctx, missing) {
-				continue
-			}
-			return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", &limiter.MissingError{Name: missing})
-		}
-		if len(v) != 1+DecisionFields*len(names) || v[0] != 1 {
-			return limiter.Verdict{}, unavailable("decide", names[0], fmt.Errorf("unexpected reply %v", v))
-		}
-		found := make([]limiter.Check, len(names))
-		for j := range names {
-			f := v[1+DecisionFields*j:]
-			found[j] = limiter.Check{
-				Fits: f[0] == 1, Remaining: f[1], Limit: f[2],
-				RetryAfter: Duration(f[3], f[4]), ResetAfter: Duration(f[5], f[6]),
-				ExceedsCapacity: f[7] == 1,
-			}
-		}
-		verdict := limiter.NewVerdict(items, found, index)
-		verdict.Replayed = replayed
-		return verdict, nil
+		return v, err
 	}
+}
+
+// reservationID is the ID of a reservation made in scope: derived from
+// the idempotency key once when there is one, random otherwise.
+func reservationID(scope, once string) string {
+	if once == "" {
+		return limiter.NewReservationID(scope)
+	}
+	sum := sha256.Sum256([]byte(scope + "\x00" + once))
+	kind, where, _ := strings.Cut(scope, ":")
+	return kind + "." + where + "." + hex.EncodeToString(sum[:16])
+}
+
+// run runs decide.lua once on the limiters names (their permits totals,
+// of items by index), which live in group, for a decision in scope.
+func (s *Store) run(ctx context.Context, items []limiter.Item, names []string, totals []int64, index []int, group, scope string, c call, nowMicros string) (limiter.Verdict, error) {
+	_, where, _ := strings.Cut(scope, ":")
+	tag := s.prefix + "{" + where + "}"
+	keys := make([]string, 0, 2*len(names)+2)
+	for _, name := range names {
+		keys = append(keys, s.keysIn(name, group)...)
+	}
+	random := ""
+	if c.reservation != "" {
+		_, random, _ = limiter.ParseReservationID(c.reservation)
+	}
+	keys = append(keys, tag+"#once:"+c.once, tag+"#rsv:"+random)
+	args := make([]string, 2, 5+2*len(names))
+	args[0], args[1] = nowMicros, c.mode
+	for _, n := range totals {
+		args = append(args, strconv.FormatInt(n, 10))
+	}
+	ttl := ""
+	if c.ttl > 0 {
+		ttl = strconv.FormatInt(c.ttl.Milliseconds(), 10)
+	}
+	args = append(args, c.fingerprint, strconv.FormatInt(limiter.OnceTTL.Milliseconds(), 10), ttl)
+	args = append(args, names...)
+	v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
+	if err != nil {
+		return limiter.Verdict{}, unavailable("decide", names[0], err)
+	}
+	switch {
+	case len(v) == 1 && v[0] == -1:
+		return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", limiter.ErrOnceMismatch)
+	case len(v) == 1 && v[0] == -2:
+		return limiter.Verdict{}, fmt.Errorf("redis: settle %s: %w", c.reservation, limiter.ErrReservationNotFound)
+	case len(v) == 2 && v[0] == -3 && v[1] >= 1 && v[1] <= int64(len(names)):
+		return limiter.Verdict{}, fmt.Errorf("redis: %w", limiter.InvalidSettlement(c.reservation, names[v[1]-1]))
+	case len(v) == 2 && v[0] == 0 && v[1] >= 1 && v[1] <= int64(len(names)):
+		return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", &limiter.MissingError{Name: names[v[1]-1]})
+	}
+	replayed := len(v) > 0 && v[0] == 2
+	if replayed {
+		v[0] = 1
+	}
+	if len(v) != 1+DecisionFields*len(names) || v[0] != 1 {
+		return limiter.Verdict{}, unavailable("decide", names[0], fmt.Errorf("unexpected reply %v", v))
+	}
+	found := make([]limiter.Check, len(names))
+	for j := range names {
+		f := v[1+DecisionFields*j:]
+		found[j] = limiter.Check{
+			Fits: f[0] == 1, Remaining: f[1], Limit: f[2],
+			RetryAfter: Duration(f[3], f[4]), ResetAfter: Duration(f[5], f[6]),
+			ExceedsCapacity: f[7] == 1,
+		}
+	}
+	verdict := limiter.NewVerdict(items, found, index)
+	verdict.Replayed = replayed
+	if c.ttl > 0 && verdict.Allowed {
+		verdict.Reservation = c.reservation
+	}
+	return verdict, nil
+}
+
+// Settle settles or cancels a reservation in one script that checks and
+// deletes it, and charges or refunds its limiters: the reservation's ID
+// names their group, or their one limiter. A cancel reads the reservation
+// first, for its limiters, then settles each at 0.
+func (s *Store) Settle(ctx context.Context, id string, actual []limiter.Item, once string) (limiter.Verdict, error) {
+	scope, random, err := limiter.ParseReservationID(id)
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	// Every key of the script must be in the reservation's slot.
+	if err := limiter.CheckSettlementScope(scope, id, actual); err != nil {
+		return limiter.Verdict{}, err
+	}
+	kind, where, _ := strings.Cut(scope, ":")
+	group := ""
+	if kind == "g" {
+		group = where
+	}
+	if actual == nil {
+		key := s.prefix + "{" + where + "}#rsv:" + random
+		rec, err := s.client.Do(ctx, s.client.B().Get().Key(key).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return limiter.Verdict{}, fmt.Errorf("redis: cancel %s: %w", id, limiter.ErrReservationNotFound)
+		}
+		if err != nil {
+			return limiter.Verdict{}, unavailable("cancel", id, err)
+		}
+		for _, f := range strings.Fields(rec) {
+			name, _, _ := strings.Cut(f, "=")
+			actual = append(actual, limiter.Item{Name: name})
+		}
+		if len(actual) == 0 {
+			return limiter.Verdict{}, unavailable("cancel", id, fmt.Errorf("malformed reservation %q", rec))
+		}
+	}
+	names, totals, index := limiter.Totals(actual)
+	fp := ""
+	if once != "" {
+		fp = "settle " + id + " " + limiter.Fingerprint(actual, limiter.Take)
+	}
+	return s.run(ctx, actual, names, totals, index, group, scope, call{mode: "settle", once: once, fingerprint: fp, reservation: id}, "")
 }
 
 // missing returns the first of names in no group (groups[j] == "") whose

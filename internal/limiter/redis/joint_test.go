@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -73,7 +74,7 @@ func testDecideMatchesGo(t *testing.T, c rueidis.Client) {
 			case r < 4:
 				mode = limiter.Refund
 			}
-			got, err := s.decideAt(ctx, items, mode, "", us(now))
+			got, err := s.decideAt(ctx, items, call{mode: mode.String()}, us(now))
 			if err != nil {
 				t.Fatalf("group %s step %d: Decide(%+v): %v", group, step, items, err)
 			}
@@ -376,6 +377,60 @@ func testOnceReplicas(t *testing.T, c rueidis.Client) {
 	for name, want := range map[string]int64{"oa": 1000 - 4*3, "ob": 1000 - 4*5} {
 		if a, err := replicas[2].Available(ctx, name); err != nil || a.Remaining != want {
 			t.Errorf("%s: %+v, %v, want %d left: 4 decisions", name, a, err, want)
+		}
+	}
+}
+
+// testSettleReplicas: reservations made through one replica and settled
+// from all three at once are each settled exactly once.
+func testSettleReplicas(t *testing.T, c rueidis.Client) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
+	replicas := make([]*Store, 3)
+	for i := range replicas {
+		s, err := New(c, prefix, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas[i] = s
+	}
+	putIn(t, replicas[0], "sa", "sg", limiter.Policy{Limit: 10000, Period: time.Hour})
+	putIn(t, replicas[0], "sb", "sg", limiter.Policy{Limit: 10000, Period: time.Hour, Algorithm: limiter.SlidingLog})
+	const reservations = 20
+	ids := make([]string, reservations)
+	for k := range ids {
+		v, err := replicas[0].Reserve(ctx, []limiter.Item{{Name: "sa", Permits: 100}, {Name: "sb", Permits: 100}}, time.Minute, "")
+		if err != nil || !v.Allowed || v.Reservation == "" {
+			t.Fatalf("reserve %d: %+v, %v", k, v, err)
+		}
+		ids[k] = v.Reservation
+	}
+	var (
+		wg      sync.WaitGroup
+		settled atomic.Int64
+	)
+	for w := range 24 {
+		s := replicas[w%3]
+		wg.Go(func() {
+			for _, id := range ids {
+				// Each reservation of 100 settled at 40 on sa and 130 on sb.
+				_, err := s.Settle(ctx, id, []limiter.Item{{Name: "sa", Permits: 40}, {Name: "sb", Permits: 130}}, "")
+				switch {
+				case err == nil:
+					settled.Add(1)
+				case !errors.Is(err, limiter.ErrReservationNotFound):
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := settled.Load(); got != reservations {
+		t.Errorf("%d settlements succeeded, want one per reservation, %d", got, reservations)
+	}
+	for name, want := range map[string]int64{"sa": 10000 - reservations*40, "sb": 10000 - reservations*130} {
+		if a, err := replicas[1].Available(ctx, name); err != nil || a.Remaining != want {
+			t.Errorf("%s: %+v, %v, want %d left", name, a, err, want)
 		}
 	}
 }

@@ -140,6 +140,36 @@ func (l *Lazy) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mo
 	return v, err
 }
 
+// Reserve implements limiter.Store, creating a declared limiter found
+// missing as Decide does.
+func (l *Lazy) Reserve(ctx context.Context, items []limiter.Item, ttl time.Duration, once string) (limiter.Verdict, error) {
+	st, err := l.get()
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	v, err := st.Reserve(ctx, items, ttl, once)
+	if !errors.Is(err, limiter.ErrNotFound) {
+		return v, err
+	}
+	restored := false
+	for _, it := range items {
+		restored = l.restore(ctx, st, it.Name, err) || restored
+	}
+	if restored {
+		v, err = st.Reserve(ctx, items, ttl, once)
+	}
+	return v, err
+}
+
+// Settle implements limiter.Store.
+func (l *Lazy) Settle(ctx context.Context, id string, actual []limiter.Item, once string) (limiter.Verdict, error) {
+	st, err := l.get()
+	if err != nil {
+		return limiter.Verdict{}, err
+	}
+	return st.Settle(ctx, id, actual, once)
+}
+
 // AcquireBatch implements limiter.BatchStore.
 func (l *Lazy) AcquireBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) {
 	st, err := l.get()

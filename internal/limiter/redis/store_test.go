@@ -44,6 +44,7 @@ func TestStandalone(t *testing.T) {
 	t.Run("DecideReplicas", func(t *testing.T) { testDecideReplicas(t, c) })
 	t.Run("ChargeRefundReplicas", func(t *testing.T) { testChargeRefundReplicas(t, c) })
 	t.Run("OnceReplicas", func(t *testing.T) { testOnceReplicas(t, c) })
+	t.Run("SettleReplicas", func(t *testing.T) { testSettleReplicas(t, c) })
 	t.Run("Relocation", func(t *testing.T) { testRelocation(t, c) })
 	t.Run("Bound", func(t *testing.T) {
 		storetest.RunBound(t, func(t *testing.T, maxLimiters int) (limiter.Store, limiter.Store) {
@@ -165,6 +166,7 @@ func TestCluster(t *testing.T) {
 	t.Run("DecideReplicas", func(t *testing.T) { testDecideReplicas(t, c) })
 	t.Run("ChargeRefundReplicas", func(t *testing.T) { testChargeRefundReplicas(t, c) })
 	t.Run("OnceReplicas", func(t *testing.T) { testOnceReplicas(t, c) })
+	t.Run("SettleReplicas", func(t *testing.T) { testSettleReplicas(t, c) })
 	t.Run("Relocation", func(t *testing.T) { testRelocation(t, c) })
 	t.Run("GroupInOneSlot", func(t *testing.T) { testGroupInOneSlot(t, c) })
 }

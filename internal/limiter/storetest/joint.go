@@ -1,10 +1,12 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
@@ -371,4 +373,134 @@ func testConcurrentOnce(t *testing.T, s limiter.Store) {
 		t.Errorf("%d of 160 calls replayed, want all but the first", replayed)
 	}
 	wantRemaining(t, s, "conc-once", 993)
+}
+
+// testReservations: reserve an estimate, then settle to the real cost:
+// the excess is charged and the rest refunded, limiter by limiter, once.
+func testReservations(t *testing.T, s limiter.Store) {
+	p := limiter.Policy{Limit: 1000, Period: hour}
+	putIn(t, s, "rv-minute", "rv", p)
+	putIn(t, s, "rv-day", "rv", limiter.Policy{Limit: 5000, Period: 24 * hour, Algorithm: limiter.SlidingLog})
+	putIn(t, s, "rv-other", "", p)
+	reserve := func(n int64, once string) limiter.Verdict {
+		t.Helper()
+		v, err := s.Reserve(ctx(t), []limiter.Item{{Name: "rv-minute", Permits: n}, {Name: "rv-day", Permits: n}}, time.Minute, once)
+		if err != nil {
+			t.Fatalf("Reserve(%d): %v", n, err)
+		}
+		return v
+	}
+	settle := func(id string, actual []limiter.Item) (limiter.Verdict, error) {
+		return s.Settle(ctx(t), id, actual, "")
+	}
+	both := func(n int64) []limiter.Item {
+		return []limiter.Item{{Name: "rv-minute", Permits: n}, {Name: "rv-day", Permits: n}}
+	}
+
+	// Spent more than reserved: the excess goes into debt on the minute.
+	v := reserve(300, "")
+	if !v.Allowed || v.Reservation == "" || v.Checks[0].Remaining != 700 {
+		t.Fatalf("reserve 300: got %+v, want allowed with a reservation", v)
+	}
+	got, err := settle(v.Reservation, both(1500))
+	if err != nil || !got.Allowed || got.Checks[0].Remaining != 0 || got.Checks[1].Remaining != 3500 {
+		t.Fatalf("settle at 1,500: got %+v, %v, want 0 and 3,500 left", got, err)
+	}
+	_, err = settle(v.Reservation, both(1500))
+	wantErr(t, "settling twice", err, limiter.ErrReservationNotFound)
+	if _, err := s.Decide(ctx(t), both(1500), limiter.Refund, ""); err != nil { // full again
+		t.Fatal(err)
+	}
+
+	// Spent less: the rest comes back; a limiter not named stays charged.
+	v = reserve(300, "")
+	got, err = settle(v.Reservation, []limiter.Item{{Name: "rv-minute", Permits: 100}})
+	if err != nil || got.Checks[0].Remaining != 900 || len(got.Checks) != 1 {
+		t.Fatalf("settle the minute at 100: got %+v, %v, want 900 left", got, err)
+	}
+	wantRemaining(t, s, "rv-day", 4700)
+
+	// Cancelled: everything comes back.
+	v = reserve(200, "")
+	got, err = s.Settle(ctx(t), v.Reservation, nil, "")
+	if err != nil || len(got.Checks) != 2 || got.Checks[0].Remaining != 900 || got.Checks[1].Remaining != 4700 {
+		t.Fatalf("cancel: got %+v, %v, want 900 and 4,700 left", got, err)
+	}
+
+	// A settlement naming a limiter the reservation does not hold changes
+	// nothing, and the reservation can still be settled.
+	v = reserve(100, "")
+	_, err = settle(v.Reservation, []limiter.Item{{Name: "rv-minute", Permits: 1}, {Name: "rv-other", Permits: 1}})
+	wantErr(t, "settling another limiter", err, limiter.ErrInvalidReservation)
+	wantRemaining(t, s, "rv-minute", 800)
+	wantRemaining(t, s, "rv-other", 1000)
+	if _, err := settle(v.Reservation, both(100)); err != nil {
+		t.Fatalf("settle after the refusal: %v", err)
+	}
+
+	// A denial reserves nothing.
+	if v := reserve(5000, ""); v.Allowed || v.Reservation != "" {
+		t.Fatalf("reserve 5,000 of 800: got %+v, want denied without a reservation", v)
+	}
+	// With an idempotency key a retry names the same reservation.
+	first := reserve(10, "rv-key")
+	again := reserve(10, "rv-key")
+	if !again.Replayed || again.Reservation != first.Reservation || first.Reservation == "" {
+		t.Fatalf("reserve retried: got %q (replayed %v), want %q", again.Reservation, again.Replayed, first.Reservation)
+	}
+	wantRemaining(t, s, "rv-minute", 790)
+	for _, bad := range []string{"", "x", "g.rv.nothex", "l.rv-other.00000000000000000000000000000000"} {
+		_, err := settle(bad, both(1))
+		wantErr(t, fmt.Sprintf("settling %q with rv-minute and rv-day", bad), err, limiter.ErrInvalidReservation)
+	}
+	_, err = settle("l.rv-other.00000000000000000000000000000000", []limiter.Item{{Name: "rv-other", Permits: 1}})
+	wantErr(t, "an unknown reservation", err, limiter.ErrReservationNotFound)
+	_, err = settle("g.rv.00000000000000000000000000000000", both(1))
+	wantErr(t, "an unknown reservation of a group", err, limiter.ErrReservationNotFound)
+	if _, err := settle(first.Reservation, both(10)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Past its TTL a reservation stays charged and cannot be settled.
+	short, err := s.Reserve(ctx(t), []limiter.Item{{Name: "rv-other", Permits: 40}}, 100*time.Millisecond, "")
+	if err != nil || !short.Allowed {
+		t.Fatalf("reserve 40 for 100 ms: %+v, %v", short, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_, err = settle(short.Reservation, []limiter.Item{{Name: "rv-other", Permits: 0}})
+	wantErr(t, "settling past the TTL", err, limiter.ErrReservationNotFound)
+	wantRemaining(t, s, "rv-other", 960)
+}
+
+// testConcurrentSettle: a reservation settled from many goroutines at once
+// is settled exactly once.
+func testConcurrentSettle(t *testing.T, s limiter.Store) {
+	putIn(t, s, "cs", "", limiter.Policy{Limit: 100, Period: hour})
+	v, err := s.Reserve(ctx(t), []limiter.Item{{Name: "cs", Permits: 50}}, time.Minute, "")
+	if err != nil || !v.Allowed {
+		t.Fatal(v, err)
+	}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		settled int
+	)
+	for range 16 {
+		wg.Go(func() {
+			_, err := s.Settle(ctx(t), v.Reservation, []limiter.Item{{Name: "cs", Permits: 10}}, "")
+			switch {
+			case err == nil:
+				mu.Lock()
+				settled++
+				mu.Unlock()
+			case !errors.Is(err, limiter.ErrReservationNotFound):
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if settled != 1 {
+		t.Errorf("settled %d times, want once", settled)
+	}
+	wantRemaining(t, s, "cs", 90)
 }

@@ -53,6 +53,8 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ChargeRefund", testChargeRefund},
 		{"Once", testOnce},
 		{"ConcurrentOnce", testConcurrentOnce},
+		{"Reservations", testReservations},
+		{"ConcurrentSettle", testConcurrentSettle},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,20 +1,30 @@
 -- Decide: decides several limiters together, all or nothing, at the
 -- server's time (or at ARGV[1] microseconds, in tests; empty otherwise).
--- Limiter j (from 1) is defined in KEYS[2j-1], its state is KEYS[2j], and
--- ARGV[2+j] permits are asked of it. When every limiter has room for what
--- is asked of it and ARGV[2] is 'take', all of them are recorded; otherwise
--- nothing is (grants that have left a sliding log's window are forgotten,
--- which changes no answer). ARGV[2] 'peek' records nothing; 'charge'
--- records every limiter's permits whether they fit or not (a limiter in
--- debt grants nothing until time repays it), and 'refund' gives them back,
--- never beyond full: both always apply, and report fits = 1.
+-- For n limiters, limiter j (from 1) is defined in KEYS[2j-1], its state
+-- is KEYS[2j], and ARGV[2+j] permits are asked of it. When every limiter
+-- has room for what is asked of it and ARGV[2] is 'take', all of them are
+-- recorded; otherwise nothing is (grants that have left a sliding log's
+-- window are forgotten, which changes no answer). ARGV[2] 'peek' records
+-- nothing; 'charge' records every limiter's permits whether they fit or
+-- not (a limiter in debt grants nothing until time repays it), and
+-- 'refund' gives them back, never beyond full: both always apply, and
+-- report fits = 1.
 --
--- With an idempotency key, KEYS ends with the key's record (KEYS[2n+1]
--- for n limiters) and ARGV with the decision's fingerprint and the
--- record's time to live in milliseconds (ARGV[3+n], ARGV[4+n]). A record
--- under another fingerprint answers {-1} and decides nothing; one under
--- the same fingerprint answers the reply it holds, with 2 in place of its
--- leading 1, and decides nothing; otherwise the reply is recorded.
+-- KEYS[2n+1] is the idempotency key's record and KEYS[2n+2] a
+-- reservation, both in the limiters' slot. ARGV[3+n] is the decision's
+-- fingerprint, empty without an idempotency key, and ARGV[4+n] the
+-- record's time to live in milliseconds. A record under another
+-- fingerprint answers {-1} and decides nothing; one under the same
+-- fingerprint answers the reply it holds, with 2 in place of its leading
+-- 1, and decides nothing; otherwise the reply is recorded.
+--
+-- ARGV[5+n] is a reservation's time to live in milliseconds, or empty,
+-- and ARGV[5+n+j] the name of limiter j. A 'take' with a time to live that
+-- is granted also records the reservation: "name=permits ..." of each
+-- limiter. 'settle' charges or refunds each limiter the difference between
+-- ARGV[2+j], what was spent, and what the reservation holds of it, then
+-- deletes the reservation: {-2} when there is none, {-3, j} when it holds
+-- nothing of limiter j, and nothing changes then.
 --
 -- Reply: {0, j} when limiter j is not defined, otherwise 1 followed by
 -- eight fields per limiter: fits, remaining, limit, retry_us, retry_ns,
@@ -28,12 +38,16 @@
 local MAX_DEBT_US = 31622400000000
 local MAX_LOG_DEBT = 1000000000
 
--- gcra_adjust charges or refunds n permits of the bucket at key, and
--- returns its remaining permits and reset time afterwards.
+-- gcra_adjust charges or refunds n permits of the bucket at key (or, with
+-- mode 'none', reads it), and returns its remaining permits and reset time
+-- afterwards.
 local function gcra_adjust(g, key, now, n, mode)
   local ba, bb = gcra_backlog(key, now)
   local aa, ab
-  if mode == 'charge' then
+  if mode == 'none' then
+    local ra, rn = gcra_duration(g, ba, bb)
+    return gcra_remaining(g, ba, bb), ra, rn
+  elseif mode == 'charge' then
     -- Past the cap the rest is forgiven: bound n first, so that n * pa
     -- stays below 2^53.
     if g.pa > 0 and n > floor(MAX_DEBT_US / g.pa) + 1 then
@@ -68,8 +82,9 @@ local function gcra_adjust(g, key, now, n, mode)
   return gcra_remaining(g, aa, ab), ra, rn
 end
 
--- log_adjust charges or refunds n permits of the sliding log at key, and
--- returns its remaining permits and reset time afterwards. A refund gives
+-- log_adjust charges or refunds n permits of the sliding log at key (or,
+-- with mode 'none', reads it), and returns its remaining permits and reset
+-- time afterwards. A refund gives
 -- back the newest grants first: every entry above the running total
 -- last_total - n goes, and the oldest of them stays with what it keeps.
 local function log_adjust(w, key, now, n, mode)
@@ -86,7 +101,7 @@ local function log_adjust(w, key, now, n, mode)
       redis.call('PEXPIREAT', key, fmt(expiry_ms(last_at + w.pw, w.pr)))
       used = used + n
     end
-  elseif member then
+  elseif mode == 'refund' and member then
     local target = last_total - n
     if target <= base then
       redis.call('DEL', key)
@@ -109,19 +124,20 @@ local function log_adjust(w, key, now, n, mode)
   return log_remaining(w, used), ra, rn
 end
 
--- adjust charges or refunds every limiter, unconditionally.
-local function adjust(defs, now, mode)
+-- adjust charges, refunds or reads limiter j as modes[j] says, by ns[j]
+-- permits, every one of them unconditionally.
+local function adjust(defs, now, modes, ns)
   local r = {1}
   for j = 1, #defs do
-    local key, n, d = KEYS[2 * j], tonumber(ARGV[2 + j]), defs[j]
+    local key, d = KEYS[2 * j], defs[j]
     local rem, ra, rn, limit
     if d[1] == 'gcra' then
       local g = gcra_def(d)
-      rem, ra, rn = gcra_adjust(g, key, now, n, mode)
+      rem, ra, rn = gcra_adjust(g, key, now, ns[j], modes[j])
       limit = g.limit
     else
       local w = log_def(d)
-      rem, ra, rn = log_adjust(w, key, now, n, mode)
+      rem, ra, rn = log_adjust(w, key, now, ns[j], modes[j])
       limit = w.limit
     end
     local k = #r
@@ -133,9 +149,10 @@ end
 
 local FIELDS = {'algorithm', 'limit', 'burst', 'm', 'pa', 'pb', 'ta', 'tb', 'pw', 'pr', 'pu', 'maxe'}
 
-local count = math.floor(#KEYS / 2)
-local once, fingerprint = KEYS[2 * count + 1], ARGV[3 + count]
-if once then
+local count = (#KEYS - 2) / 2
+local once, rsv = KEYS[2 * count + 1], KEYS[2 * count + 2]
+local fingerprint, rsv_ttl = ARGV[3 + count], ARGV[5 + count]
+if fingerprint ~= '' then
   local rec = redis.call('GET', once)
   if rec then
     local nl = string.find(rec, '\n', 1, true)
@@ -153,7 +170,7 @@ end
 
 -- remember records reply r under the idempotency key, if there is one.
 local function remember(r)
-  if once then
+  if fingerprint ~= '' then
     local fs = {}
     for i = 1, #r do
       fs[i] = fmt(r[i])
@@ -161,6 +178,23 @@ local function remember(r)
     redis.call('SET', once, fingerprint .. '\n' .. table.concat(fs, ' '), 'PX', ARGV[4 + count])
   end
   return r
+end
+
+local mode = ARGV[2]
+local held = {}
+if mode == 'settle' then
+  local rec = redis.call('GET', rsv)
+  if not rec then
+    return {-2}
+  end
+  for name, n in string.gmatch(rec, '([^ =]+)=(%d+)') do
+    held[name] = tonumber(n)
+  end
+  for j = 1, count do
+    if not held[ARGV[5 + count + j]] then
+      return {-3, j}
+    end
+  end
 end
 
 local defs = {}
@@ -172,9 +206,27 @@ for j = 1, count do
   defs[j] = d
 end
 local now = clock(ARGV[1])
-local mode = ARGV[2]
-if mode == 'charge' or mode == 'refund' then
-  return remember(adjust(defs, now, mode))
+if mode == 'charge' or mode == 'refund' or mode == 'settle' then
+  local modes, ns = {}, {}
+  for j = 1, count do
+    local n = tonumber(ARGV[2 + j])
+    if mode == 'settle' then
+      n = n - held[ARGV[5 + count + j]]
+      if n > 0 then
+        modes[j], ns[j] = 'charge', n
+      elseif n < 0 then
+        modes[j], ns[j] = 'refund', -n
+      else
+        modes[j], ns[j] = 'none', 0
+      end
+    else
+      modes[j], ns[j] = mode, n
+    end
+  end
+  if mode == 'settle' then
+    redis.call('DEL', rsv)
+  end
+  return remember(adjust(defs, now, modes, ns))
 end
 local take = mode == 'take'
 
@@ -221,8 +273,16 @@ for j = 1, count do
   cs[j] = c
 end
 
--- Then, when all of them fit, every grant is recorded.
+-- Then, when all of them fit, every grant is recorded, with the
+-- reservation when there is one.
 local granted = all and take
+if granted and rsv_ttl ~= '' then
+  local rec = {}
+  for j = 1, count do
+    rec[j] = ARGV[5 + count + j] .. '=' .. ARGV[2 + j]
+  end
+  redis.call('SET', rsv, table.concat(rec, ' '), 'PX', rsv_ttl)
+end
 local r = {1}
 for j = 1, count do
   local key, c = KEYS[2 * j], cs[j]
