@@ -83,6 +83,28 @@ func runJointModel(t *testing.T, seed uint64, steps int, adjust bool) {
 				mode = limiter.Refund
 			}
 			checkJoint(t, step, ls, ms, picks, perm, now, mode)
+		case adjust && r < 7 && rng.IntN(2) == 0:
+			// A settlement: signed adjustments of distinct limiters, as
+			// AdjustAll makes them (charge > 0, refund < 0, none 0).
+			picks := rng.Perm(len(ls))[:1+rng.IntN(len(ls))]
+			dls := make([]*limiter.Limiter, len(picks))
+			deltas := make([]int64, len(picks))
+			for k, j := range picks {
+				dls[k] = ls[j]
+				deltas[k] = rng.Int64N(2*capacity(ms[j].p)+1) - capacity(ms[j].p)
+			}
+			found := limiter.AdjustAll(now, dls, deltas)
+			for k, j := range picks {
+				switch d := deltas[k]; {
+				case d > 0:
+					ms[j].charge(now, d)
+				case d < 0:
+					ms[j].refund(now, -d)
+				}
+				if got, want := found[k].Remaining, ms[j].remaining(now); got != want || !found[k].Fits {
+					t.Fatalf("step %d: limiter %d after a settlement of %d: %+v, model remaining %d", step, j, deltas[k], found[k], want)
+				}
+			}
 		case r < 7:
 			j := rng.IntN(len(ls))
 			n := 1 + rng.Int64N(capacity(ms[j].p)+1)
