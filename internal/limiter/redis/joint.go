@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -36,8 +34,9 @@ func (s *Store) Decide(ctx context.Context, items []limiter.Item, mode limiter.M
 
 // Reserve is Decide under Take that also writes the reservation,
 // <prefix>{<tag>}#rsv:<random>, in the same script when the items fit; it
-// expires after ttl. With once, the reservation's ID derives from the key,
-// so that a replayed answer names the reservation the first one made.
+// expires after ttl. The answer carries the reservation's ID, and so does
+// the answer an idempotency key remembers: a replay names the reservation
+// the first call made.
 func (s *Store) Reserve(ctx context.Context, items []limiter.Item, ttl time.Duration, once string) (limiter.Verdict, error) {
 	c := call{mode: "take", once: once, ttl: ttl}
 	if once != "" {
@@ -101,7 +100,7 @@ func (s *Store) decideAt(ctx context.Context, items []limiter.Item, c call, nowM
 		}
 		scope := limiter.Scope(items, itemGroups)
 		if c.ttl > 0 {
-			c.reservation = reservationID(scope, c.once)
+			c.reservation = limiter.NewReservationID(scope)
 		}
 		v, err := s.run(ctx, items, names, totals, index, groups[0], scope, c, nowMicros)
 		var missing *limiter.MissingError
@@ -110,17 +109,6 @@ func (s *Store) decideAt(ctx context.Context, items []limiter.Item, c call, nowM
 		}
 		return v, err
 	}
-}
-
-// reservationID is the ID of a reservation made in scope: derived from
-// the idempotency key once when there is one, random otherwise.
-func reservationID(scope, once string) string {
-	if once == "" {
-		return limiter.NewReservationID(scope)
-	}
-	sum := sha256.Sum256([]byte(scope + "\x00" + once))
-	kind, where, _ := strings.Cut(scope, ":")
-	return kind + "." + where + "." + hex.EncodeToString(sum[:16])
 }
 
 // run runs decide.lua once on the limiters names (their permits totals,
@@ -148,6 +136,12 @@ func (s *Store) run(ctx context.Context, items []limiter.Item, names []string, t
 	}
 	args = append(args, c.fingerprint, strconv.FormatInt(limiter.OnceTTL.Milliseconds(), 10), ttl)
 	args = append(args, names...)
+	if c.ttl > 0 {
+		for i := range 4 {
+			n, _ := strconv.ParseUint(random[8*i:8*i+8], 16, 32)
+			args = append(args, strconv.FormatUint(n, 10))
+		}
+	}
 	v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
 		return limiter.Verdict{}, unavailable("decide", names[0], err)
@@ -166,6 +160,15 @@ func (s *Store) run(ctx context.Context, items []limiter.Item, names []string, t
 	if replayed {
 		v[0] = 1
 	}
+	reservation := ""
+	if n := 1 + DecisionFields*len(names); c.ttl > 0 && len(v) == n+4 {
+		// The reservation this answer made, which a replay names too.
+		reservation = c.reservation[:strings.LastIndexByte(c.reservation, '.')+1]
+		for _, x := range v[n:] {
+			reservation += fmt.Sprintf("%08x", uint32(x))
+		}
+		v = v[:n]
+	}
 	if len(v) != 1+DecisionFields*len(names) || v[0] != 1 {
 		return limiter.Verdict{}, unavailable("decide", names[0], fmt.Errorf("unexpected reply %v", v))
 	}
@@ -180,8 +183,8 @@ func (s *Store) run(ctx context.Context, items []limiter.Item, names []string, t
 	}
 	verdict := limiter.NewVerdict(items, found, index)
 	verdict.Replayed = replayed
-	if c.ttl > 0 && verdict.Allowed {
-		verdict.Reservation = c.reservation
+	if verdict.Allowed {
+		verdict.Reservation = reservation
 	}
 	return verdict, nil
 }

@@ -21,7 +21,8 @@
 -- ARGV[5+n] is a reservation's time to live in milliseconds, or empty,
 -- and ARGV[5+n+j] the name of limiter j. A 'take' with a time to live that
 -- is granted also records the reservation: "name=permits ..." of each
--- limiter. 'settle' charges or refunds each limiter the difference between
+-- limiter; its reply ends with the reservation's ID, ARGV[6+2n] to
+-- ARGV[9+2n], four 32-bit numbers, which a replay gives back. 'settle' charges or refunds each limiter the difference between
 -- ARGV[2+j], what was spent, and what the reservation holds of it, then
 -- deletes the reservation: {-2} when there is none, {-3, j} when it holds
 -- nothing of limiter j, and nothing changes then.
@@ -310,5 +311,12 @@ for j = 1, count do
   local k = #r
   r[k + 1], r[k + 2], r[k + 3], r[k + 4] = c.fits, rem, c.limit, c.retry_us
   r[k + 5], r[k + 6], r[k + 7], r[k + 8] = c.retry_ns, ra, rn, c.exceeds
+end
+if granted and rsv_ttl ~= '' then
+  -- The reservation's ID, as four 32-bit numbers, so that a replay of
+  -- this answer names the same reservation.
+  for i = 1, 4 do
+    r[#r + 1] = tonumber(ARGV[5 + 2 * count + i])
+  end
 end
 return remember(r)
