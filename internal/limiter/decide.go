@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxItems is the most items one decision names (see Service.Decide).
@@ -271,19 +272,28 @@ func (s *Service) Decide(ctx context.Context, items []Item, mode Mode, once stri
 		}
 		end(span, err)
 	}()
-	if err := CheckItems(items); err != nil {
-		return Verdict{}, fmt.Errorf("limiter: decide: %w", err)
-	}
 	if mode == Peek {
 		once = ""
 	}
+	return s.joint(ctx, span, "decide", items, once, func(ctx context.Context) (Verdict, error) {
+		return s.store.Decide(ctx, items, mode, once)
+	})
+}
+
+// joint checks items and once, and makes call under the Service's bound:
+// the store's decision on them, or, when the store cannot answer, a
+// DegradedVerdict by the FailureMode. op names the call in errors.
+func (s *Service) joint(ctx context.Context, span trace.Span, op string, items []Item, once string, call func(context.Context) (Verdict, error)) (Verdict, error) {
+	if err := CheckItems(items); err != nil {
+		return Verdict{}, fmt.Errorf("limiter: %s: %w", op, err)
+	}
 	if once != "" {
 		if err := CheckOnceKey(once); err != nil {
-			return Verdict{}, fmt.Errorf("limiter: decide: %w", err)
+			return Verdict{}, fmt.Errorf("limiter: %s: %w", op, err)
 		}
 	}
 	sctx, cancel := s.bound(ctx)
-	v, err = s.store.Decide(sctx, items, mode, once)
+	v, err := call(sctx)
 	cancel()
 	if err != nil {
 		if s.unavailable(ctx, err) {
@@ -291,7 +301,7 @@ func (s *Service) Decide(ctx context.Context, items []Item, mode Mode, once stri
 			span.SetAttributes(attribute.Bool("ratelimiter.degraded", true))
 			return DegradedVerdict(items, s.opts.FailureMode), nil
 		}
-		return Verdict{}, fmt.Errorf("limiter: decide: %w", err)
+		return Verdict{}, fmt.Errorf("limiter: %s: %w", op, err)
 	}
 	return v, nil
 }

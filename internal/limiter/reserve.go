@@ -178,26 +178,9 @@ func (s *Service) Reserve(ctx context.Context, items []Item, ttl time.Duration, 
 	if ttl < time.Millisecond || ttl > MaxReservationTTL {
 		return Verdict{}, fmt.Errorf("limiter: reserve: %w: the TTL must be between 1ms and %s, got %s", ErrInvalidReservation, MaxReservationTTL, ttl)
 	}
-	if err := CheckItems(items); err != nil {
-		return Verdict{}, fmt.Errorf("limiter: reserve: %w", err)
-	}
-	if once != "" {
-		if err := CheckOnceKey(once); err != nil {
-			return Verdict{}, fmt.Errorf("limiter: reserve: %w", err)
-		}
-	}
-	sctx, cancel := s.bound(ctx)
-	v, err = s.store.Reserve(sctx, items, ttl, once)
-	cancel()
-	if err != nil {
-		if s.unavailable(ctx, err) {
-			// No reservation can be promised without the store: under
-			// either failure mode the caller is told to go without one.
-			span.SetStatus(codes.Error, err.Error())
-			span.SetAttributes(attribute.Bool("ratelimiter.degraded", true))
-			return DegradedVerdict(items, s.opts.FailureMode), nil
-		}
-		return Verdict{}, fmt.Errorf("limiter: reserve: %w", err)
-	}
-	return v, nil
+	// A degraded verdict has no Reservation: no reservation can be
+	// promised without the store, under either failure mode.
+	return s.joint(ctx, span, "reserve", items, once, func(ctx context.Context) (Verdict, error) {
+		return s.store.Reserve(ctx, items, ttl, once)
+	})
 }

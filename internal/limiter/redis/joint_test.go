@@ -15,6 +15,22 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
+// newReplicas returns n Stores over one new prefix, as n replicas of the
+// service see one Redis.
+func newReplicas(t testing.TB, c rueidis.Client, n int) []*Store {
+	t.Helper()
+	prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
+	replicas := make([]*Store, n)
+	for i := range replicas {
+		s, err := New(c, prefix, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas[i] = s
+	}
+	return replicas
+}
+
 func putIn(t testing.TB, s *Store, name, group string, p limiter.Policy) {
 	t.Helper()
 	if _, err := s.Put(context.Background(), limiter.Definition{Name: name, Policy: p, Group: group}); err != nil {
@@ -116,15 +132,7 @@ func testDecideMatchesGo(t *testing.T, c rueidis.Client) {
 func testDecideReplicas(t *testing.T, c rueidis.Client) {
 	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
 		t.Run(string(alg), func(t *testing.T) {
-			prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
-			replicas := make([]*Store, 3)
-			for i := range replicas {
-				s, err := New(c, prefix, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				replicas[i] = s
-			}
+			replicas := newReplicas(t, c, 3)
 			limits := []int64{500, 700, 3000}
 			names := []string{"rep-a", "rep-b", "rep-c"}
 			for j, name := range names {
@@ -184,15 +192,8 @@ func testDecideReplicas(t *testing.T, c rueidis.Client) {
 // replica) finds it where it now lives, for every call.
 func testRelocation(t *testing.T, c rueidis.Client) {
 	ctx := context.Background()
-	prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
-	a, err := New(c, prefix, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(c, prefix, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newReplicas(t, c, 2)
+	a, b := r[0], r[1]
 	p := limiter.Policy{Limit: 10, Period: time.Hour}
 	moves := []struct{ from, to string }{{"", "g1"}, {"g1", "g2"}, {"g2", ""}}
 	for i, m := range moves {
@@ -287,15 +288,7 @@ func testChargeRefundReplicas(t *testing.T, c rueidis.Client) {
 	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
 		t.Run(string(alg), func(t *testing.T) {
 			ctx := context.Background()
-			prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
-			replicas := make([]*Store, 3)
-			for i := range replicas {
-				s, err := New(c, prefix, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				replicas[i] = s
-			}
+			replicas := newReplicas(t, c, 3)
 			putIn(t, replicas[0], "debt", "", limiter.Policy{Limit: 1000, Period: 24 * time.Hour, Algorithm: alg})
 			one := func(n int64) []limiter.Item { return []limiter.Item{{Name: "debt", Permits: n}} }
 			if _, err := replicas[0].Decide(ctx, one(5000), limiter.Charge, ""); err != nil {
@@ -339,15 +332,7 @@ func testChargeRefundReplicas(t *testing.T, c rueidis.Client) {
 // atomic step as the decision.
 func testOnceReplicas(t *testing.T, c rueidis.Client) {
 	ctx := context.Background()
-	prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
-	replicas := make([]*Store, 3)
-	for i := range replicas {
-		s, err := New(c, prefix, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		replicas[i] = s
-	}
+	replicas := newReplicas(t, c, 3)
 	putIn(t, replicas[0], "oa", "og", limiter.Policy{Limit: 1000, Period: time.Hour})
 	putIn(t, replicas[1], "ob", "og", limiter.Policy{Limit: 1000, Period: time.Hour, Algorithm: limiter.SlidingLog})
 	items := []limiter.Item{{Name: "oa", Permits: 3}, {Name: "ob", Permits: 5}}
@@ -385,15 +370,7 @@ func testOnceReplicas(t *testing.T, c rueidis.Client) {
 // from all three at once are each settled exactly once.
 func testSettleReplicas(t *testing.T, c rueidis.Client) {
 	ctx := context.Background()
-	prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
-	replicas := make([]*Store, 3)
-	for i := range replicas {
-		s, err := New(c, prefix, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		replicas[i] = s
-	}
+	replicas := newReplicas(t, c, 3)
 	putIn(t, replicas[0], "sa", "sg", limiter.Policy{Limit: 10000, Period: time.Hour})
 	putIn(t, replicas[0], "sb", "sg", limiter.Policy{Limit: 10000, Period: time.Hour, Algorithm: limiter.SlidingLog})
 	const reservations = 20

@@ -122,32 +122,24 @@ func (l *Lazy) Available(ctx context.Context, name string) (limiter.Availability
 // created, and the decision made again, as for Acquire: the first run
 // found no definition and so changed nothing.
 func (l *Lazy) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
-	st, err := l.get()
-	if err != nil {
-		return limiter.Verdict{}, err
-	}
-	v, err := st.Decide(ctx, items, mode, once)
-	if !errors.Is(err, limiter.ErrNotFound) {
-		return v, err
-	}
-	restored := false
-	for _, it := range items {
-		restored = l.restore(ctx, st, it.Name, err) || restored
-	}
-	if restored {
-		v, err = st.Decide(ctx, items, mode, once)
-	}
-	return v, err
+	return l.joint(ctx, items, func(st *Store) (limiter.Verdict, error) { return st.Decide(ctx, items, mode, once) })
 }
 
 // Reserve implements limiter.Store, creating a declared limiter found
 // missing as Decide does.
 func (l *Lazy) Reserve(ctx context.Context, items []limiter.Item, ttl time.Duration, once string) (limiter.Verdict, error) {
+	return l.joint(ctx, items, func(st *Store) (limiter.Verdict, error) { return st.Reserve(ctx, items, ttl, once) })
+}
+
+// joint calls f, a decision on items, with the Store once it is set; when
+// f found a limiter missing, it creates the declared ones among items and
+// calls f again.
+func (l *Lazy) joint(ctx context.Context, items []limiter.Item, f func(*Store) (limiter.Verdict, error)) (limiter.Verdict, error) {
 	st, err := l.get()
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
-	v, err := st.Reserve(ctx, items, ttl, once)
+	v, err := f(st)
 	if !errors.Is(err, limiter.ErrNotFound) {
 		return v, err
 	}
@@ -156,7 +148,7 @@ func (l *Lazy) Reserve(ctx context.Context, items []limiter.Item, ttl time.Durat
 		restored = l.restore(ctx, st, it.Name, err) || restored
 	}
 	if restored {
-		v, err = st.Reserve(ctx, items, ttl, once)
+		v, err = f(st)
 	}
 	return v, err
 }

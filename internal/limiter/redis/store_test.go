@@ -40,12 +40,7 @@ func TestStandalone(t *testing.T) {
 	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
 	t.Run("RestoreBatchKeepsOrder", func(t *testing.T) { testRestoreBatchKeepsOrder(t, c) })
 	t.Run("Keep", func(t *testing.T) { testKeep(t, c) })
-	t.Run("DecideMatchesGo", func(t *testing.T) { testDecideMatchesGo(t, c) })
-	t.Run("DecideReplicas", func(t *testing.T) { testDecideReplicas(t, c) })
-	t.Run("ChargeRefundReplicas", func(t *testing.T) { testChargeRefundReplicas(t, c) })
-	t.Run("OnceReplicas", func(t *testing.T) { testOnceReplicas(t, c) })
-	t.Run("SettleReplicas", func(t *testing.T) { testSettleReplicas(t, c) })
-	t.Run("Relocation", func(t *testing.T) { testRelocation(t, c) })
+	runJoint(t, c)
 	t.Run("Bound", func(t *testing.T) {
 		storetest.RunBound(t, func(t *testing.T, maxLimiters int) (limiter.Store, limiter.Store) {
 			// Two replicas: two Stores over the same prefix.
@@ -162,13 +157,26 @@ func TestCluster(t *testing.T) {
 	t.Run("Create", func(t *testing.T) { testCreate(t, c) })
 	t.Run("CreateWithinBound", func(t *testing.T) { testCreateWithinBound(t, c) })
 	t.Run("LazyDeclared", func(t *testing.T) { testLazyDeclared(t, c) })
-	t.Run("DecideMatchesGo", func(t *testing.T) { testDecideMatchesGo(t, c) })
-	t.Run("DecideReplicas", func(t *testing.T) { testDecideReplicas(t, c) })
-	t.Run("ChargeRefundReplicas", func(t *testing.T) { testChargeRefundReplicas(t, c) })
-	t.Run("OnceReplicas", func(t *testing.T) { testOnceReplicas(t, c) })
-	t.Run("SettleReplicas", func(t *testing.T) { testSettleReplicas(t, c) })
-	t.Run("Relocation", func(t *testing.T) { testRelocation(t, c) })
+	runJoint(t, c)
 	t.Run("GroupInOneSlot", func(t *testing.T) { testGroupInOneSlot(t, c) })
+}
+
+// runJoint runs the joint-decision tests that need a Redis of their own:
+// against the Go code, across replicas, and after a limiter moved.
+func runJoint(t *testing.T, c rueidis.Client) {
+	for _, tt := range []struct {
+		name string
+		run  func(*testing.T, rueidis.Client)
+	}{
+		{"DecideMatchesGo", testDecideMatchesGo},
+		{"DecideReplicas", testDecideReplicas},
+		{"ChargeRefundReplicas", testChargeRefundReplicas},
+		{"OnceReplicas", testOnceReplicas},
+		{"SettleReplicas", testSettleReplicas},
+		{"Relocation", testRelocation},
+	} {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, c) })
+	}
 }
 
 // testGroupInOneSlot: every key of a group's limiters hashes to one slot,
