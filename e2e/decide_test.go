@@ -138,15 +138,17 @@ func TestDecide(t *testing.T) {
 
 // TestDecideAcrossReplicas: 2,000 concurrent decisions through 3 replicas
 // on one Redis, each asking 1, 2 and 3 permits of three limiters of one
-// group (limits 500, 700 and 3,000 an hour). A sequential model admits
-// exactly 350 and takes 350, 700 and 1,050 permits, whatever the order.
+// group, whose limits are 500, 700 and 3,000 per 8784h. A sequential model
+// admits exactly 350 and takes 350, 700 and 1,050 permits, whatever the
+// order. The period is the longest so that nothing refills while the test
+// runs: 3,000 an hour would regain a permit every 1.2 s.
 func TestDecideAcrossReplicas(t *testing.T) {
 	_, replicas := sharedRedis(t, 3, map[string]string{"RATELIMITER_REDIS_TIMEOUT": "2s"})
 	group := "rep"
 	limits := []int64{500, 700, 3000}
 	names := []string{"rep-a", "rep-b", "rep-c"}
 	for j, name := range names {
-		put(t, replicas[j].api, name, client.LimiterSpec{Limit: limits[j], Period: "1h", Group: &group})
+		put(t, replicas[j].api, name, client.LimiterSpec{Limit: limits[j], Period: "8784h", Group: &group})
 	}
 	req := decideItems(names[0], 1, names[1], 2, names[2], 3)
 	const decisions = 2000
@@ -199,7 +201,7 @@ func TestDecideAcrossReplicas(t *testing.T) {
 
 	// A charge retried with its Idempotency-Key through another replica,
 	// as a client does after a timeout, is charged once.
-	put(t, replicas[0].api, "rep-once", client.LimiterSpec{Limit: 100, Period: "1h"})
+	put(t, replicas[0].api, "rep-once", client.LimiterSpec{Limit: 100, Period: "8784h"})
 	key := &client.ChargeParams{IdempotencyKey: ptr("retry-after-timeout")}
 	for i, r := range replicas {
 		res, err := r.api.ChargeWithResponse(t.Context(), key, decideItems("rep-once", 30))

@@ -125,7 +125,9 @@ func testDecideMatchesGo(t *testing.T, c rueidis.Client) {
 
 // testDecideReplicas: three replicas (three Stores over one prefix) make
 // 2,000 concurrent joint decisions, each asking 1, 2 and 3 permits of
-// three limiters of one group whose limits are 500, 700 and 3,000 an hour.
+// three limiters of one group whose limits are 500, 700 and 3,000 per
+// MaxPeriod, so that a bucket regains a permit every few hours at most and
+// nothing refills while the test runs.
 // Whatever the order, a sequential model admits exactly 350 of them (the
 // second limiter binds) and takes 350, 700 and 1,050 permits: any permit
 // taken by a denied decision, or any decision admitted over a limit, shows.
@@ -136,7 +138,7 @@ func testDecideReplicas(t *testing.T, c rueidis.Client) {
 			limits := []int64{500, 700, 3000}
 			names := []string{"rep-a", "rep-b", "rep-c"}
 			for j, name := range names {
-				putIn(t, replicas[j], name, "rep", limiter.Policy{Limit: limits[j], Period: time.Hour, Algorithm: alg})
+				putIn(t, replicas[j], name, "rep", limiter.Policy{Limit: limits[j], Period: limiter.MaxPeriod, Algorithm: alg})
 			}
 			items := []limiter.Item{{Name: names[0], Permits: 1}, {Name: names[1], Permits: 2}, {Name: names[2], Permits: 3}}
 			const total, workers = 2000, 24
@@ -333,8 +335,8 @@ func testChargeRefundReplicas(t *testing.T, c rueidis.Client) {
 func testOnceReplicas(t *testing.T, c rueidis.Client) {
 	ctx := context.Background()
 	replicas := newReplicas(t, c, 3)
-	putIn(t, replicas[0], "oa", "og", limiter.Policy{Limit: 1000, Period: time.Hour})
-	putIn(t, replicas[1], "ob", "og", limiter.Policy{Limit: 1000, Period: time.Hour, Algorithm: limiter.SlidingLog})
+	putIn(t, replicas[0], "oa", "og", limiter.Policy{Limit: 1000, Period: limiter.MaxPeriod})
+	putIn(t, replicas[1], "ob", "og", limiter.Policy{Limit: 1000, Period: limiter.MaxPeriod, Algorithm: limiter.SlidingLog})
 	items := []limiter.Item{{Name: "oa", Permits: 3}, {Name: "ob", Permits: 5}}
 	var (
 		wg       sync.WaitGroup
@@ -371,8 +373,8 @@ func testOnceReplicas(t *testing.T, c rueidis.Client) {
 func testSettleReplicas(t *testing.T, c rueidis.Client) {
 	ctx := context.Background()
 	replicas := newReplicas(t, c, 3)
-	putIn(t, replicas[0], "sa", "sg", limiter.Policy{Limit: 10000, Period: time.Hour})
-	putIn(t, replicas[0], "sb", "sg", limiter.Policy{Limit: 10000, Period: time.Hour, Algorithm: limiter.SlidingLog})
+	putIn(t, replicas[0], "sa", "sg", limiter.Policy{Limit: 10000, Period: limiter.MaxPeriod})
+	putIn(t, replicas[0], "sb", "sg", limiter.Policy{Limit: 10000, Period: limiter.MaxPeriod, Algorithm: limiter.SlidingLog})
 	const reservations = 20
 	ids := make([]string, reservations)
 	for k := range ids {

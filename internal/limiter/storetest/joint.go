@@ -176,7 +176,7 @@ func testConcurrentDecide(t *testing.T, s limiter.Store) {
 			const limit = 60
 			names := []string{"c0-" + string(alg), "c1-" + string(alg), "c2-" + string(alg)}
 			for _, n := range names {
-				putIn(t, s, n, "conc-"+string(alg), limiter.Policy{Limit: limit, Period: hour, Algorithm: alg})
+				putIn(t, s, n, "conc-"+string(alg), limiter.Policy{Limit: limit, Period: limiter.MaxPeriod, Algorithm: alg})
 			}
 			sets := [][]int{{0, 1}, {1, 0}, {1, 2}, {2, 1}, {0, 2}, {2, 0}, {0, 1, 2}, {2, 1, 0}}
 			var (
@@ -226,7 +226,7 @@ func testChargeRefund(t *testing.T, s limiter.Store) {
 	for _, alg := range algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			name := "tokens-" + string(alg)
-			putIn(t, s, name, "", limiter.Policy{Limit: 1000, Period: hour, Algorithm: alg})
+			putIn(t, s, name, "", limiter.Policy{Limit: 1000, Period: 24 * hour, Algorithm: alg})
 			item := func(n int64) limiter.Item { return limiter.Item{Name: name, Permits: n} }
 			if v := decide(t, s, limiter.Take, item(300)); !v.Allowed || v.Checks[0].Remaining != 700 {
 				t.Fatalf("acquire an estimate of 300: got %+v", v)
@@ -345,7 +345,7 @@ func testOnce(t *testing.T, s limiter.Store) {
 
 // testConcurrentOnce: many concurrent calls with one key decide once.
 func testConcurrentOnce(t *testing.T, s limiter.Store) {
-	putIn(t, s, "conc-once", "", limiter.Policy{Limit: 1000, Period: hour})
+	putIn(t, s, "conc-once", "", limiter.Policy{Limit: 1000, Period: limiter.MaxPeriod})
 	items := []limiter.Item{{Name: "conc-once", Permits: 7}}
 	var (
 		wg       sync.WaitGroup
@@ -378,7 +378,7 @@ func testConcurrentOnce(t *testing.T, s limiter.Store) {
 // testReservations: reserve an estimate, then settle to the real cost:
 // the excess is charged and the rest refunded, limiter by limiter, once.
 func testReservations(t *testing.T, s limiter.Store) {
-	p := limiter.Policy{Limit: 1000, Period: hour}
+	p := limiter.Policy{Limit: 1000, Period: limiter.MaxPeriod}
 	putIn(t, s, "rv-minute", "rv", p)
 	putIn(t, s, "rv-day", "rv", limiter.Policy{Limit: 5000, Period: 24 * hour, Algorithm: limiter.SlidingLog})
 	putIn(t, s, "rv-other", "", p)
@@ -475,7 +475,7 @@ func testReservations(t *testing.T, s limiter.Store) {
 // testConcurrentSettle: a reservation settled from many goroutines at once
 // is settled exactly once.
 func testConcurrentSettle(t *testing.T, s limiter.Store) {
-	putIn(t, s, "cs", "", limiter.Policy{Limit: 100, Period: hour})
+	putIn(t, s, "cs", "", limiter.Policy{Limit: 100, Period: limiter.MaxPeriod})
 	v, err := s.Reserve(ctx(t), []limiter.Item{{Name: "cs", Permits: 50}}, time.Minute, "")
 	if err != nil || !v.Allowed {
 		t.Fatal(v, err)
