@@ -87,6 +87,19 @@ for family in ip ip6; do
   done
 done
 
+# The chains iptables-nft made for those rules in tables that existed
+# before (INPUT and OUTPUT of ip filter, on a machine whose Docker uses
+# neither), if they are empty now: a chain that holds a rule is someone
+# else's, and stays.
+if [ -f "$dir/nft-chains" ]; then
+  nft list chains 2>/dev/null | awk '$1 == "table" { t = $2 " " $3 } $1 == "chain" { print t, $2 }' |
+    while read -r family table chain; do
+      grep -qx "$family $table $chain" "$dir/nft-chains" && continue
+      nft list chain "$family" "$table" "$chain" 2>/dev/null | grep -vqE '^[[:space:]]*(table |chain |type |}|$)' && continue
+      nft delete chain "$family" "$table" "$chain" || echo "cluster-down: could not delete chain $chain of $family $table" >&2
+    done
+fi
+
 # The sysctls, as recorded before the first kubelet start.
 if [ -f "$dir/sysctls" ]; then
   while IFS='=' read -r key value; do

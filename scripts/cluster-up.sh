@@ -66,6 +66,10 @@ done >"$dir/sysctls"
 # kubelet adds chains to iptables' tables (KUBE-FIREWALL and empty
 # canaries), creating the tables it needs.
 nft list tables | sed 's/^table //' >"$dir/nft-tables"
+# And their chains: iptables-nft makes a table's base chains (INPUT,
+# OUTPUT) when the kubelet first adds a rule to them, and leaves them,
+# empty, when the rule goes.
+nft list chains | awk '$1 == "table" { t = $2 " " $3 } $1 == "chain" { print t, $2 }' >"$dir/nft-chains"
 # Directories the kubelet creates outside its root directory.
 for path in "${outside_dirs[@]}"; do
   [ -e "$path" ] || echo "$path"
