@@ -340,7 +340,7 @@ func TestInvalid(t *testing.T) {
 		{name: "tenant max bytes unit", args: []string{"--tenant-max-bytes", "1MB"}, want: []string{"--tenant-max-bytes", "MiB", `"1MB"`}},
 		{name: "tenant max bytes overflow", args: []string{"--tenant-max-bytes", "9999999999GiB"}, want: []string{"--tenant-max-bytes", `"9999999999GiB"`}},
 		{name: "tenant max bytes below one requester", args: []string{"--tenant-max-bytes", "2000", "--tenant-algorithm", "sliding_log"},
-			want: []string{"--tenant-max-bytes", "2000 bytes do not hold one requester", "2240 bytes", "--tenant-algorithm"}},
+			want: []string{"--tenant-max-bytes", "2000 bytes do not hold one requester", "2288 bytes", "--tenant-algorithm"}},
 		{name: "tenant max bytes below one requester on redis", args: []string{"--tenant-max-bytes", "300", "--backend", "redis"},
 			want: []string{"--tenant-max-bytes", "300 bytes do not hold one requester", "384 bytes", "redis backend"}},
 		{name: "tenant burst negative", args: []string{"--tenant-burst", "-1"}, want: []string{"--tenant-burst"}},

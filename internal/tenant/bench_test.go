@@ -2,7 +2,6 @@ package tenant
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -59,7 +58,8 @@ type acquirer interface {
 type registryAcquirer struct{ r *Registry }
 
 func (a registryAcquirer) acquire(key uint64, now time.Time) bool {
-	d, _ := a.r.store.acquire(key, limiter.Nanos(now), 1)
+	kb := keyOf(key)
+	d, _ := a.r.keys.Acquire(string(kb[:]), limiter.Nanos(now), 1)
 	return d.Allowed
 }
 
@@ -190,96 +190,5 @@ func BenchmarkMemoryPerTenant(b *testing.B) {
 			}
 			b.ReportMetric(perTenant, "B/tenant")
 		})
-	}
-}
-
-func BenchmarkLowest10(b *testing.B) {
-	ctx := context.Background()
-	for _, n := range []int{10_000, 100_000, 1_000_000} {
-		now := benchStart.Add(time.Second)
-		r, err := New(Config{Policy: benchPolicy}, clocktest.New(now).Limiter())
-		if err != nil {
-			b.Fatal(err)
-		}
-		rng := rand.New(rand.NewPCG(3, 4))
-		for i, k := range benchKeys(n) {
-			// Permits from 1 to 100, so that TATs spread and tie.
-			r.store.acquire(k, limiter.Nanos(benchStart)+int64(i), 1+rng.Int64N(100))
-		}
-		b.Run(fmt.Sprintf("tenants=%d/impl=index", n), func(b *testing.B) {
-			for b.Loop() {
-				if es, err := r.Lowest(ctx, 10); err != nil || len(es) != 10 {
-					b.Fatal(len(es), err)
-				}
-			}
-		})
-		b.Run(fmt.Sprintf("tenants=%d/impl=scan", n), func(b *testing.B) {
-			for b.Loop() {
-				if es := scanLowest(r, limiter.Nanos(now), 10); len(es) != 10 {
-					b.Fatal(len(es))
-				}
-			}
-		})
-	}
-}
-
-// scanLowest answers Lowest without the index: it computes every tenant's
-// remaining permits and keeps the k lowest in a bounded heap.
-func scanLowest(r *Registry, now int64, k int) []Entry {
-	st := r.store.(*gcraStore)
-	type row struct {
-		av  limiter.Availability
-		tat limiter.TAT
-		key uint64
-	}
-	top := newTopK(k, func(a, b row) bool {
-		if a.av.Remaining != b.av.Remaining {
-			return a.av.Remaining < b.av.Remaining
-		}
-		if c := a.tat.Compare(b.tat); c != 0 {
-			return c > 0
-		}
-		return a.key < b.key
-	})
-	for i := range st.shards {
-		s := &st.shards[i]
-		s.mu.Lock()
-		for j := range s.nslots {
-			sl := s.slot(j)
-			if sl.state != slotLive || sl.tat().FullAt(now) {
-				continue
-			}
-			top.offer(row{st.rate.Available(sl.tat(), now), sl.tat(), sl.key})
-		}
-		s.mu.Unlock()
-	}
-	rows := top.sorted()
-	es := make([]Entry, len(rows))
-	for i, x := range rows {
-		es[i] = Entry{Tenant: formatKey(x.key, r.bits), Remaining: x.av.Remaining, Limit: x.av.Limit, ResetAfter: x.av.ResetAfter}
-	}
-	return es
-}
-
-// TestScanLowestAgrees keeps the benchmark's scan honest: it must give the
-// index's answer.
-func TestScanLowestAgrees(t *testing.T) {
-	c := newFakeClock()
-	r := newRegistry(t, Config{Policy: benchPolicy}, c)
-	rng := rand.New(rand.NewPCG(5, 6))
-	for i, k := range benchKeys(20_000) {
-		r.store.acquire(k, limiter.Nanos(c.Wall())+int64(i/7), 1+rng.Int64N(100))
-	}
-	for _, k := range []int{1, 10, MaxLowest} {
-		got := mustLowest(t, r, k)
-		want := scanLowest(r, limiter.Nanos(c.Wall()), k)
-		if len(got) != len(want) {
-			t.Fatalf("Lowest(%d): got %d entries, want %d", k, len(got), len(want))
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("Lowest(%d)[%d] = %+v, want %+v", k, i, got[i], want[i])
-			}
-		}
 	}
 }

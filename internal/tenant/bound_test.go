@@ -70,14 +70,14 @@ func TestTenantBytes(t *testing.T) {
 		limit int64
 		want  int64
 	}{
-		{limiter.GCRA, 1, 48},
-		{limiter.GCRA, limiter.MaxLimit, 48},
-		{limiter.SlidingLog, 1, 192 + 16*4}, // the smallest ring
-		{limiter.SlidingLog, 4, 192 + 16*4},
-		{limiter.SlidingLog, 5, 192 + 16*8},
-		{limiter.SlidingLog, 100, 192 + 16*128},
-		{limiter.SlidingLog, 4096, 192 + 16*4096},
-		{limiter.SlidingLog, limiter.MaxLimit, 192 + 16*4096}, // older grants merge
+		{limiter.GCRA, 1, 80},
+		{limiter.GCRA, limiter.MaxLimit, 80},
+		{limiter.SlidingLog, 1, 240 + 16*4}, // the smallest ring
+		{limiter.SlidingLog, 4, 240 + 16*4},
+		{limiter.SlidingLog, 5, 240 + 16*8},
+		{limiter.SlidingLog, 100, 240 + 16*128},
+		{limiter.SlidingLog, 4096, 240 + 16*4096},
+		{limiter.SlidingLog, limiter.MaxLimit, 240 + 16*4096}, // older grants merge
 	}
 	for _, tt := range tests {
 		p := limiter.Policy{Limit: tt.limit, Period: time.Hour, Algorithm: tt.alg}

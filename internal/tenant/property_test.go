@@ -1,7 +1,6 @@
 package tenant
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -10,192 +9,42 @@ import (
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/keystest"
 )
 
-// refModel is the reference the property tests hold a Registry to: a plain
-// map from tenant to state, with the documented rules written out as
-// directly as possible. Full buckets are dropped eagerly, so every tenant
-// it holds is one the registry must remember.
+// refModel is the reference the property tests hold a Registry to: the
+// table's model over the tenants' keys, as the Registry writes them.
 type refModel struct {
-	policy limiter.Policy
-	rate   limiter.Rate
-	window limiter.Window
-	max    int
-	bits   int
-	tats   map[uint64]limiter.TAT // GCRA
-	logs   map[uint64]*refLog     // SlidingLog
-}
-
-type refLog struct {
-	log   limiter.Log
-	reset int64
+	*keystest.Model
+	bits int
 }
 
 func newRefModel(cfg Config) *refModel {
-	p := cfg.Policy.Normalize()
-	m := &refModel{policy: p, max: cfg.MaxTenants, bits: cfg.IPv6Prefix, tats: map[uint64]limiter.TAT{}, logs: map[uint64]*refLog{}}
-	if m.max == 0 {
-		m.max = DefaultMaxTenants
+	maxT := cfg.MaxTenants
+	if maxT == 0 {
+		maxT = DefaultMaxTenants
 	}
-	if m.bits == 0 {
-		m.bits = DefaultIPv6Prefix
+	bits := cfg.IPv6Prefix
+	if bits == 0 {
+		bits = DefaultIPv6Prefix
 	}
-	if p.Algorithm == limiter.GCRA {
-		m.rate = limiter.NewRate(p)
-	} else {
-		m.window = limiter.NewWindow(p)
-	}
-	return m
+	return &refModel{Model: keystest.NewModel(cfg.Policy, maxT), bits: bits}
 }
-
-func (m *refModel) gcra() bool { return m.policy.Algorithm == limiter.GCRA }
-
-func (m *refModel) prune(now int64) {
-	for k, t := range m.tats {
-		if t.FullAt(now) {
-			delete(m.tats, k)
-		}
-	}
-	for k, l := range m.logs {
-		if l.reset <= now {
-			delete(m.logs, k)
-		}
-	}
-}
-
-// size counts the tenants held, full buckets included until pruned.
-func (m *refModel) size() int { return len(m.tats) + len(m.logs) }
 
 func (m *refModel) acquire(key uint64, now, n int64) (limiter.Decision, bool) {
-	if m.size() >= m.max {
-		m.prune(now)
-	}
-	if m.gcra() {
-		t, ok := m.tats[key]
-		tat, d := m.rate.Acquire(t, now, n)
-		if !d.Allowed {
-			return d, false
-		}
-		if !ok && len(m.tats) == m.max {
-			var vk uint64
-			var vt limiter.TAT
-			first := true
-			for k, t := range m.tats {
-				if c := t.Compare(vt); first || c < 0 || c == 0 && k > vk {
-					vk, vt, first = k, t, false
-				}
-			}
-			if m.rate.Available(vt, now).Remaining == 0 {
-				_, vd := m.rate.Acquire(vt, now, 1)
-				return limiter.Decision{Permits: n, Limit: m.policy.Limit, RetryAfter: vd.RetryAfter, ResetAfter: vd.RetryAfter}, true
-			}
-			delete(m.tats, vk)
-		}
-		m.tats[key] = tat
-		return d, false
-	}
-	l, ok := m.logs[key]
-	if !ok {
-		l = &refLog{}
-	}
-	d := l.log.Acquire(m.window, now, n)
-	if !d.Allowed {
-		return d, false
-	}
-	l.reset = now + int64(d.ResetAfter)
-	if !ok && len(m.logs) == m.max {
-		var vk uint64
-		var v *refLog
-		for k, x := range m.logs {
-			if v == nil || x.reset < v.reset || x.reset == v.reset && k > vk {
-				vk, v = k, x
-			}
-		}
-		if v.log.Available(m.window, now).Remaining == 0 {
-			vd := v.log.Acquire(m.window, now, 1)
-			return limiter.Decision{Permits: n, Limit: m.policy.Limit, RetryAfter: vd.RetryAfter, ResetAfter: vd.RetryAfter}, true
-		}
-		delete(m.logs, vk)
-	}
-	m.logs[key] = l
-	return d, false
+	kb := keyOf(key)
+	return m.Acquire(string(kb[:]), now, n)
 }
 
-// available is what acquire would tell key about one permit, changing
-// nothing the registry could tell apart: it may drop full buckets.
 func (m *refModel) available(key uint64, now int64) (limiter.Availability, bool) {
-	_, heldT := m.tats[key]
-	_, heldL := m.logs[key]
-	if !heldT && !heldL && m.size() >= m.max {
-		m.prune(now)
-	}
-	if m.gcra() {
-		if !heldT && len(m.tats) == m.max {
-			var vt limiter.TAT
-			first := true
-			for _, t := range m.tats {
-				if first || t.Compare(vt) < 0 {
-					vt, first = t, false
-				}
-			}
-			if m.rate.Available(vt, now).Remaining == 0 {
-				_, vd := m.rate.Acquire(vt, now, 1)
-				return limiter.Availability{Limit: m.policy.Limit, ResetAfter: vd.RetryAfter}, true
-			}
-		}
-		return m.rate.Available(m.tats[key], now), false
-	}
-	if l, ok := m.logs[key]; ok {
-		return l.log.Available(m.window, now), false
-	}
-	if len(m.logs) == m.max {
-		var vk uint64
-		var v *refLog
-		for k, x := range m.logs {
-			if v == nil || x.reset < v.reset || x.reset == v.reset && k > vk {
-				vk, v = k, x
-			}
-		}
-		if v.log.Available(m.window, now).Remaining == 0 {
-			vd := v.log.Acquire(m.window, now, 1)
-			return limiter.Availability{Limit: m.policy.Limit, ResetAfter: vd.RetryAfter}, true
-		}
-	}
-	var empty limiter.Log
-	return empty.Available(m.window, now), false
+	kb := keyOf(key)
+	return m.Available(string(kb[:]), now)
 }
 
-// lowest sorts every tenant by the documented order and keeps k.
 func (m *refModel) lowest(now int64, k int) []Entry {
-	m.prune(now)
-	type row struct {
-		key uint64
-		tat limiter.TAT // GCRA only
-		av  limiter.Availability
-	}
-	var rows []row
-	for key, t := range m.tats {
-		rows = append(rows, row{key, t, m.rate.Available(t, now)})
-	}
-	for key, l := range m.logs {
-		rows = append(rows, row{key: key, av: l.log.Available(m.window, now)})
-	}
-	slices.SortFunc(rows, func(a, b row) int {
-		if c := cmp.Compare(a.av.Remaining, b.av.Remaining); c != 0 {
-			return c
-		}
-		if m.gcra() {
-			if c := b.tat.Compare(a.tat); c != 0 {
-				return c
-			}
-		} else if c := cmp.Compare(b.av.ResetAfter, a.av.ResetAfter); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.key, b.key)
-	})
 	var out []Entry
-	for _, r := range rows[:min(k, len(rows))] {
-		out = append(out, Entry{Tenant: formatKey(r.key, m.bits), Remaining: r.av.Remaining, Limit: r.av.Limit, ResetAfter: r.av.ResetAfter})
+	for _, e := range m.Lowest(now, k) {
+		out = append(out, Entry{Tenant: formatKey(keyFrom(e.Key), m.bits), Remaining: e.Remaining, Limit: e.Limit, ResetAfter: e.ResetAfter})
 	}
 	return out
 }
@@ -319,6 +168,14 @@ type opMix struct{ lowest, step float64 }
 
 var defaultMix = opMix{lowest: 15, step: 10}
 
+// checkInvariants verifies the registry's table from scratch.
+func checkInvariants(t testing.TB, r *Registry) {
+	t.Helper()
+	if err := r.keys.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func runAgainstReference(t *testing.T, cfg Config, ips []string, mix opMix, seed uint64, steps int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x7e57))
@@ -326,14 +183,14 @@ func runAgainstReference(t *testing.T, cfg Config, ips []string, mix opMix, seed
 	r := newRegistry(t, cfg, c)
 	m := newRefModel(cfg)
 	ctx := context.Background()
-	maxTenants := m.max
+	maxTenants := m.Max()
 	p := r.Policy()
 	capacity := p.Burst
 	if p.Algorithm == limiter.SlidingLog {
 		capacity = p.Limit
 	}
-	peak, depth := 0, 0
-	defer func() { t.Logf("peak tenants: %d, deepest index: %d levels", peak, depth) }()
+	peak := 0
+	defer func() { t.Logf("peak tenants: %d", peak) }()
 	for i := range steps {
 		now := limiter.Nanos(c.Wall())
 		ip := ips[rng.IntN(len(ips))]
@@ -386,13 +243,12 @@ func runAgainstReference(t *testing.T, cfg Config, ips []string, mix opMix, seed
 		// The full checks cost O(n): every so often.
 		if i%(5+len(ips)/20) == 0 || i == steps-1 {
 			checkInvariants(t, r)
-			depth = max(depth, indexDepth(r))
-			if live := r.store.live(); live != s.Tenants {
+			if live := r.keys.Live(); live != s.Tenants {
 				t.Fatalf("step %d: Stats().Tenants = %d, but the shards hold %d", i, s.Tenants, live)
 			}
-			m.prune(now)
-			if s.Tenants < m.size() {
-				t.Fatalf("step %d: Stats().Tenants = %d, want at least the %d tenants with permits taken", i, s.Tenants, m.size())
+			m.Prune(now)
+			if s.Tenants < m.Size() {
+				t.Fatalf("step %d: Stats().Tenants = %d, want at least the %d tenants with permits taken", i, s.Tenants, m.Size())
 			}
 		}
 	}

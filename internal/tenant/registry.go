@@ -2,47 +2,34 @@ package tenant
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
-	"sync/atomic"
-	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 )
 
-// Registry keeps one limiter per tenant under a shared policy. It is safe for
-// concurrent use: tenants are spread over shards by a keyed hash of their
-// address, so acquisitions by different tenants rarely wait for each other.
-// The zero value is not usable; see New.
+// Registry keeps one limiter per tenant under a shared policy, in a
+// memory.Keys whose keys are the tenants' 64-bit keys (see Key) written
+// big-endian, so that their bytewise order is Key's order. It is safe for
+// concurrent use. The zero value is not usable; see New.
 type Registry struct {
 	policy limiter.Policy
 	bits   int // IPv6 prefix length
 	clock  *limiter.Clock
-	store  store
+	keys   *memory.Keys
 }
 
-// store is what a Registry needs from the table of one algorithm. Times are
-// nanoseconds on the registry's limiter.Clock; keys are made by parseKey.
-type store interface {
-	// acquire takes n permits (1 <= n <= MaxLimit) from the tenant and
-	// reports whether a denial is due to a registry full of limited tenants.
-	acquire(key uint64, now, n int64) (d limiter.Decision, registryFull bool)
-	// available reports what the tenant could take, and whether a
-	// newcomer would be denied because the registry is full of limited
-	// tenants (as acquire would report for one permit).
-	available(key uint64, now int64) (av limiter.Availability, registryFull bool)
-	// lowest returns up to k tenants, fewest permits left first.
-	lowest(ctx context.Context, now int64, k int) ([]ranked, error)
-	stats() Stats
-	// live counts the tenants held, shard by shard; at rest it equals
-	// Stats().Tenants.
-	live() int
+// keyBytes is a tenant's key as the Registry's memory.Keys holds it.
+type keyBytes [8]byte
+
+func keyOf(k uint64) keyBytes {
+	var b keyBytes
+	binary.BigEndian.PutUint64(b[:], k)
+	return b
 }
 
-// ranked is one tenant of a lowest answer.
-type ranked struct {
-	key uint64
-	av  limiter.Availability
-}
+func keyFrom(s string) uint64 { return binary.BigEndian.Uint64([]byte(s)) }
 
 // New returns an empty Registry for cfg that decides at the instants clock
 // tells (limiter.NewClock() when nil), so that steps of the wall clock move
@@ -68,17 +55,7 @@ func New(cfg Config, clock *limiter.Clock) (*Registry, error) {
 		clock = limiter.NewClock()
 	}
 	p := cfg.Policy.Normalize()
-	r := &Registry{
-		policy: p,
-		bits:   cfg.IPv6Prefix,
-		clock:  clock,
-	}
-	if p.Algorithm == limiter.GCRA {
-		r.store = newGCRAStore(p, int64(maxTenants))
-	} else {
-		r.store = newLogStore(p, int64(maxTenants))
-	}
-	return r, nil
+	return &Registry{policy: p, bits: cfg.IPv6Prefix, clock: clock, keys: memory.NewKeys(p, maxTenants)}, nil
 }
 
 // Policy returns the per-tenant policy with its defaults filled in.
@@ -113,7 +90,8 @@ func (r *Registry) Acquire(_ context.Context, ip string, permits int64) (Decisio
 	if err != nil {
 		return Decision{}, fmt.Errorf("tenant: acquire %s: %w", quoteIP(ip), err)
 	}
-	ld, full := r.store.acquire(k, r.clock.Now(), permits)
+	kb := keyOf(k)
+	ld, full := r.keys.Acquire(string(kb[:]), r.clock.Now(), permits)
 	return Decision{Tenant: tenantName(ip, k, r.bits), Decision: ld, RegistryFull: full}, nil
 }
 
@@ -125,7 +103,8 @@ func (r *Registry) Available(_ context.Context, ip string) (Availability, error)
 	if err != nil {
 		return Availability{}, fmt.Errorf("tenant: available %s: %w", quoteIP(ip), err)
 	}
-	av, full := r.store.available(k, r.clock.Now())
+	kb := keyOf(k)
+	av, full := r.keys.Available(string(kb[:]), r.clock.Now())
 	return Availability{Tenant: tenantName(ip, k, r.bits), Availability: av, RegistryFull: full}, nil
 }
 
@@ -135,87 +114,28 @@ func (r *Registry) Available(_ context.Context, ip string) (Availability, error)
 // bucket are not listed, so fewer than k may come back, and none when no
 // tenant has taken permits lately.
 //
-// Ties are ordered deterministically. Under GCRA: by TAT descending (the
-// tenant whose bucket refills last is truly closer to being cut off, even
-// when both have the same whole number of permits left), then by tenant key
-// ascending (IPv6 prefixes in address order, then IPv4 addresses in address
-// order). Under the sliding log: by ResetAfter descending, then by key.
-//
-// Cost: under GCRA all tenants refill at the same rate, so the permits left
-// order exactly by TAT (a later TAT has fewer), an order that time does not
-// change. Every acquisition keeps an index of TAT bounds up to date, and
-// Lowest walks it from the latest TAT down: it reads one bound per shard and
-// O(k·log n) index nodes, whatever the number n of tenants. Under the
-// sliding log the permits left depend on when each past grant leaves its
-// window, so no order survives time: Lowest scans every tenant, in
-// O(n log k), holding one shard's lock at a time, and gives up with ctx's
-// error when ctx is done.
-//
-// The answer is not one atomic snapshot: each shard is read under its own
-// lock, all at the same instant.
+// Ties are ordered as memory.Keys.Lowest orders them; the last tie-break,
+// by key, puts IPv6 prefixes in address order, then IPv4 addresses in
+// address order. Under GCRA it reads one bound per shard and O(k·log n)
+// index nodes for n tenants; under the sliding log it scans every tenant,
+// and gives up with ctx's error when ctx is done (see memory.Keys.Lowest).
 func (r *Registry) Lowest(ctx context.Context, k int) ([]Entry, error) {
 	if k < 1 || k > MaxLowest {
 		return nil, fmt.Errorf("tenant: lowest: %w: k must be between 1 and %d, got %d", ErrInvalidK, MaxLowest, k)
 	}
-	rs, err := r.store.lowest(ctx, r.clock.Now(), k)
+	rs, err := r.keys.Lowest(ctx, r.clock.Now(), k)
 	if err != nil {
 		return nil, fmt.Errorf("tenant: lowest: %w", err)
 	}
 	entries := make([]Entry, len(rs))
 	for i, x := range rs {
-		entries[i] = Entry{Tenant: formatKey(x.key, r.bits), Remaining: x.av.Remaining, Limit: x.av.Limit, ResetAfter: x.av.ResetAfter}
+		entries[i] = Entry{Tenant: formatKey(keyFrom(x.Key), r.bits), Remaining: x.Remaining, Limit: x.Limit, ResetAfter: x.ResetAfter}
 	}
 	return entries, nil
 }
 
 // Stats counts what the registry holds, in O(shards).
-func (r *Registry) Stats() Stats { return r.store.stats() }
-
-// admission enforces Config.MaxTenants across shards: count is the number of
-// tenants remembered plus insertions under way, and never exceeds max.
-type admission struct {
-	count atomic.Int64
-	max   int64
-}
-
-// reserve claims room for one more tenant, if there is some.
-func (a *admission) reserve() bool {
-	for {
-		c := a.count.Load()
-		if c >= a.max {
-			return false
-		}
-		if a.count.CompareAndSwap(c, c+1) {
-			return true
-		}
-	}
-}
-
-func (a *admission) release(n int) {
-	if n != 0 {
-		a.count.Add(-int64(n))
-	}
-}
-
-// maxVictimAttempts bounds how often a newcomer at the bound looks for a
-// tenant to evict when concurrent acquisitions keep changing the candidate.
-const maxVictimAttempts = 8
-
-// registryFull is the denial of a newcomer that cannot be remembered; the
-// tenant that could be evicted regains a permit after retry.
-func registryFull(n, limit int64, retry time.Duration) limiter.Decision {
-	return limiter.Decision{Permits: n, Limit: limit, RetryAfter: retry, ResetAfter: retry}
-}
-
-// registryFullAvailability is what a newcomer that cannot be remembered
-// could take: nothing until the tenant that could be evicted regains a
-// permit after retry, the RetryAfter and ResetAfter of registryFull.
-func registryFullAvailability(limit int64, retry time.Duration) limiter.Availability {
-	return limiter.Availability{Limit: limit, ResetAfter: retry}
-}
-
-// refillInterval is how long a bucket of p takes to regain one permit,
-// rounded up to a whole nanosecond so that it is never 0.
-func refillInterval(p limiter.Policy) time.Duration {
-	return (p.Period + time.Duration(p.Limit) - 1) / time.Duration(p.Limit)
+func (r *Registry) Stats() Stats {
+	s := r.keys.Stats()
+	return Stats{Tenants: s.Keys, IndexEntries: s.IndexEntries}
 }

@@ -1,9 +1,10 @@
-package tenant
+package memory
 
 import (
 	"context"
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,27 +13,28 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
-// The sliding-log table keeps, per shard, a map from key to the tenant's log
+// The sliding-log table keeps, per shard, a map from key to the key's log
 // and an ordered index of (reset, key), where reset is the instant the
-// tenant's log empties (its newest grant plus the period). The index finds
-// the tenants to drop once their log is empty and the one to evict at the
+// key's log empties (its newest grant plus the period). The index finds
+// the keys to drop once their log is empty and the one to evict at the
 // bound. It cannot answer Lowest: the permits a log has left depend on when
 // each grant leaves the window, so that order changes with time, and Lowest
-// scans every tenant. A tenant costs about 200 bytes: the map entry, the log
+// scans every key. A key costs about 200 bytes: the map entry, the log
 // and its ring of grants, and an index item.
 
-type logTenant struct {
+type logKey struct {
 	log   limiter.Log
-	reset int64 // when log empties, in nanoseconds since the Unix epoch
+	reset int64  // when log empties, in nanoseconds since the Unix epoch
+	key   string // the table's own copy of the key, which it alone holds
 }
 
 type logItem struct {
 	reset int64
-	key   uint64
+	key   string
 }
 
 // logEvictsBefore orders the index: earliest reset first, then largest key,
-// so that its minimum is the tenant evicted first.
+// so that its minimum is the key evicted first.
 func logEvictsBefore(a, b logItem) bool {
 	if a.reset != b.reset {
 		return a.reset < b.reset
@@ -42,12 +44,12 @@ func logEvictsBefore(a, b logItem) bool {
 
 type logShard struct {
 	mu      sync.Mutex
-	tenants map[uint64]*logTenant
+	keys    map[string]*logKey
 	byReset *btree.BTreeG[logItem]
 	_       [64]byte
 }
 
-type logStore struct {
+type logTable struct {
 	window   limiter.Window
 	limit    int64
 	interval time.Duration // see refillInterval
@@ -56,68 +58,71 @@ type logStore struct {
 	shards [numShards]logShard
 }
 
-func newLogStore(p limiter.Policy, maxTenants int64) *logStore {
-	st := &logStore{window: limiter.NewWindow(p), limit: p.Limit, interval: refillInterval(p), seed: maphash.MakeSeed()}
-	st.max = maxTenants
+func newLogTable(p limiter.Policy, maxKeys int64) *logTable {
+	st := &logTable{window: limiter.NewWindow(p), limit: p.Limit, interval: refillInterval(p), seed: maphash.MakeSeed()}
+	st.max = maxKeys
 	for i := range st.shards {
-		st.shards[i].tenants = make(map[uint64]*logTenant)
+		st.shards[i].keys = make(map[string]*logKey)
 		st.shards[i].byReset = btree.NewBTreeGOptions(logEvictsBefore, btree.Options{NoLocks: true})
 	}
 	return st
 }
 
-func (st *logStore) shard(key uint64) *logShard {
-	return &st.shards[maphash.Comparable(st.seed, key)&(numShards-1)]
+func (st *logTable) shard(key string) *logShard {
+	return &st.shards[maphash.String(st.seed, key)&(numShards-1)]
 }
 
 // granted re-indexes t after a grant at now that was decided as d.
-func (s *logShard) granted(key uint64, t *logTenant, now int64, d limiter.Decision) {
+func (s *logShard) granted(t *logKey, now int64, d limiter.Decision) {
 	reset := addNanos(now, d.ResetAfter)
 	if reset == t.reset {
 		return
 	}
-	s.byReset.Delete(logItem{t.reset, key})
+	s.byReset.Delete(logItem{t.reset, t.key})
 	t.reset = reset
-	s.byReset.Set(logItem{reset, key})
+	s.byReset.Set(logItem{reset, t.key})
 }
 
-func (s *logShard) put(key uint64, t *logTenant) {
-	s.tenants[key] = t
-	s.byReset.Set(logItem{t.reset, key})
+// put remembers t under a copy of key, so that the table never retains
+// its callers' strings (see Keys).
+func (s *logShard) put(key string, t *logKey) {
+	t.key = strings.Clone(key)
+	s.keys[t.key] = t
+	s.byReset.Set(logItem{t.reset, t.key})
 }
 
-func (s *logShard) remove(key uint64, t *logTenant) {
-	delete(s.tenants, key)
-	s.byReset.Delete(logItem{t.reset, key})
+func (s *logShard) remove(t *logKey) {
+	delete(s.keys, t.key)
+	s.byReset.Delete(logItem{t.reset, t.key})
 }
 
-// expire drops up to expirePerOp tenants whose log is empty at now.
-func (s *logShard) expire(st *logStore, now int64) {
+// expire drops up to expirePerOp keys whose log is empty at now.
+func (s *logShard) expire(st *logTable, now int64) {
 	dropped := 0
 	for range expirePerOp {
 		it, ok := s.byReset.Min()
 		if !ok || it.reset > now {
 			break
 		}
-		s.remove(it.key, s.tenants[it.key])
+		s.remove(s.keys[it.key])
 		dropped++
 	}
 	st.release(dropped)
 }
 
-func (st *logStore) acquire(key uint64, now, n int64) (limiter.Decision, bool) {
+func (st *logTable) acquire(key string, now, n int64) (limiter.Decision, bool) {
 	s := st.shard(key)
 	s.mu.Lock()
-	if t := s.tenants[key]; t != nil {
+	if t := s.keys[key]; t != nil {
 		d := t.log.Acquire(st.window, now, n)
 		if d.Allowed {
-			s.granted(key, t, now, d)
+			s.granted(t, now, d)
 		}
 		s.expire(st, now)
 		s.mu.Unlock()
 		return d, false
 	}
-	t := new(logTenant)
+	t := new(logKey)
 	d := t.log.Acquire(st.window, now, n)
 	if !d.Allowed {
 		s.mu.Unlock()
@@ -134,16 +139,16 @@ func (st *logStore) acquire(key uint64, now, n int64) (limiter.Decision, bool) {
 	return st.admitAtBound(key, now, n)
 }
 
-// admitAtBound is gcraStore.admitAtBound for logs: the candidate for
-// eviction is the tenant whose log empties first.
-func (st *logStore) admitAtBound(key uint64, now, n int64) (limiter.Decision, bool) {
+// admitAtBound is gcraTable.admitAtBound for logs: the candidate for
+// eviction is the key whose log empties first.
+func (st *logTable) admitAtBound(key string, now, n int64) (limiter.Decision, bool) {
 	for range maxVictimAttempts {
 		vs, v, ok := st.victim()
 		if !ok {
 			continue
 		}
 		vs.mu.Lock()
-		vt := vs.tenants[v.key]
+		vt := vs.keys[v.key]
 		if vt == nil || vt.reset != v.reset {
 			vs.mu.Unlock()
 			continue
@@ -153,34 +158,34 @@ func (st *logStore) admitAtBound(key uint64, now, n int64) (limiter.Decision, bo
 			// records nothing.
 			vd := vt.log.Acquire(st.window, now, 1)
 			vs.mu.Unlock()
-			return registryFull(n, st.limit, vd.RetryAfter), true
+			return tableFull(n, st.limit, vd.RetryAfter), true
 		}
-		vs.remove(v.key, vt)
+		vs.remove(vt)
 		vs.mu.Unlock()
 
 		s := st.shard(key)
 		s.mu.Lock()
-		if t := s.tenants[key]; t != nil {
+		if t := s.keys[key]; t != nil {
 			st.release(1)
 			d := t.log.Acquire(st.window, now, n)
 			if d.Allowed {
-				s.granted(key, t, now, d)
+				s.granted(t, now, d)
 			}
 			s.mu.Unlock()
 			return d, false
 		}
-		t := new(logTenant)
+		t := new(logKey)
 		d := t.log.Acquire(st.window, now, n)
 		t.reset = addNanos(now, d.ResetAfter)
 		s.put(key, t)
 		s.mu.Unlock()
 		return d, false
 	}
-	return registryFull(n, st.limit, st.interval), true
+	return tableFull(n, st.limit, st.interval), true
 }
 
-// victim finds the tenant whose log empties first, largest key among ties.
-func (st *logStore) victim() (s *logShard, v logItem, ok bool) {
+// victim finds the key whose log empties first, largest key among ties.
+func (st *logTable) victim() (s *logShard, v logItem, ok bool) {
 	for i := range st.shards {
 		sh := &st.shards[i]
 		sh.mu.Lock()
@@ -193,10 +198,10 @@ func (st *logStore) victim() (s *logShard, v logItem, ok bool) {
 	return s, v, ok
 }
 
-func (st *logStore) available(key uint64, now int64) (limiter.Availability, bool) {
+func (st *logTable) available(key string, now int64) (limiter.Availability, bool) {
 	s := st.shard(key)
 	s.mu.Lock()
-	t := s.tenants[key]
+	t := s.keys[key]
 	var av limiter.Availability
 	if t != nil {
 		av = t.log.Available(st.window, now)
@@ -213,16 +218,16 @@ func (st *logStore) available(key uint64, now int64) (limiter.Availability, bool
 	return empty.Available(st.window, now), false
 }
 
-// availableAtBound is gcraStore.availableAtBound for logs: the tenant it
+// availableAtBound is gcraTable.availableAtBound for logs: the key it
 // would evict is the one whose log empties first.
-func (st *logStore) availableAtBound(now int64) (limiter.Availability, bool) {
+func (st *logTable) availableAtBound(now int64) (limiter.Availability, bool) {
 	var empty limiter.Log
 	vs, v, ok := st.victim()
 	if !ok {
 		return empty.Available(st.window, now), false
 	}
 	vs.mu.Lock()
-	vt := vs.tenants[v.key]
+	vt := vs.keys[v.key]
 	limited := vt != nil && vt.log.Available(st.window, now).Remaining == 0
 	var vd limiter.Decision
 	if limited {
@@ -233,13 +238,13 @@ func (st *logStore) availableAtBound(now int64) (limiter.Availability, bool) {
 	if !limited {
 		return empty.Available(st.window, now), false
 	}
-	return registryFullAvailability(st.limit, vd.RetryAfter), true
+	return tableFullAvailability(st.limit, vd.RetryAfter), true
 }
 
 type logRanked struct {
 	remaining  int64
 	resetAfter time.Duration
-	key        uint64
+	key        string
 }
 
 // logRanksBefore is Lowest's order for logs: fewest permits left, then
@@ -254,7 +259,7 @@ func logRanksBefore(a, b logRanked) bool {
 	return a.key < b.key
 }
 
-func (st *logStore) lowest(ctx context.Context, now int64, k int) ([]ranked, error) {
+func (st *logTable) lowest(ctx context.Context, now int64, k int) ([]KeyEntry, error) {
 	top := newTopK(k, logRanksBefore)
 	for i := range st.shards {
 		if err := ctx.Err(); err != nil {
@@ -262,7 +267,7 @@ func (st *logStore) lowest(ctx context.Context, now int64, k int) ([]ranked, err
 		}
 		s := &st.shards[i]
 		s.mu.Lock()
-		for key, t := range s.tenants {
+		for key, t := range s.keys {
 			if t.reset <= now {
 				continue // empty log: a full bucket
 			}
@@ -272,15 +277,15 @@ func (st *logStore) lowest(ctx context.Context, now int64, k int) ([]ranked, err
 		s.mu.Unlock()
 	}
 	best := top.sorted()
-	out := make([]ranked, len(best))
+	out := make([]KeyEntry, len(best))
 	for i, b := range best {
-		out[i] = ranked{key: b.key, av: limiter.Availability{Remaining: b.remaining, Limit: st.limit, ResetAfter: b.resetAfter}}
+		out[i] = KeyEntry{Key: b.key, Availability: limiter.Availability{Remaining: b.remaining, Limit: st.limit, ResetAfter: b.resetAfter}}
 	}
 	return out, nil
 }
 
-func (st *logStore) stats() Stats {
-	s := Stats{Tenants: int(st.count.Load())}
+func (st *logTable) stats() KeyStats {
+	s := KeyStats{Keys: int(st.count.Load())}
 	for i := range st.shards {
 		sh := &st.shards[i]
 		sh.mu.Lock()
@@ -290,13 +295,13 @@ func (st *logStore) stats() Stats {
 	return s
 }
 
-// live counts the tenants the shards hold; at rest it equals count.
-func (st *logStore) live() int {
+// live counts the keys the shards hold; at rest it equals count.
+func (st *logTable) live() int {
 	n := 0
 	for i := range st.shards {
 		sh := &st.shards[i]
 		sh.mu.Lock()
-		n += len(sh.tenants)
+		n += len(sh.keys)
 		sh.mu.Unlock()
 	}
 	return n

@@ -1,4 +1,4 @@
-package tenant
+package memory
 
 // topK keeps the k best items offered to it, in O(log k) per offer: a heap
 // whose root is the worst item kept, so that a better newcomer replaces it.

@@ -1,6 +1,7 @@
-package tenant
+package memory
 
 import (
+	"bytes"
 	"context"
 	"hash/maphash"
 	"math"
@@ -14,47 +15,57 @@ import (
 )
 
 // The GCRA table keeps, per shard, an open-addressed hash table (linear
-// probing, deleted slots marked and reclaimed by rebuilds) of slots
-// {key, TAT} and, over the slots, a tree of bounds (see gcra_index.go): for
-// every block of 8 slots, and every 8 nodes above, the earliest and latest
-// TAT below. An acquisition rewrites its slot and the few bounds that change;
-// Lowest walks the latest bounds down to the k latest TATs, and eviction and
-// expiry walk the earliest ones. Nothing in the table is a pointer, so the
-// garbage collector never scans it. A tenant costs a 24-byte slot plus
-// 16 bytes of bounds per 8 slots (and 1/7 more above), divided by the load
-// factor, which stays between 9/16 and 4/5: 33 to 47 bytes.
+// probing, deleted slots marked and reclaimed by rebuilds) of 24-byte slots
+// {TAT, key fingerprint, key offset and length} and, over the slots, a tree
+// of bounds (see keys_index.go): for every block of 8 slots, and every 8
+// nodes above, the earliest and latest TAT below. The keys' bytes live in
+// the shard's arena, one byte slice that only grows until a rebuild
+// compacts it. An acquisition rewrites its slot and the few bounds that
+// change; Lowest walks the latest bounds down to the k latest TATs, and
+// eviction and expiry walk the earliest ones. Nothing in the table or the
+// arena is a pointer, so the garbage collector never scans them. A key costs
+// a 24-byte slot plus 16 bytes of bounds per 8 slots (and 1/7 more above),
+// divided by the load factor, which stays between 9/16 and 4/5 (33 to 47
+// bytes), plus its bytes in the arena, where the bytes of dropped keys stay
+// until a rebuild, never more of them than of live ones.
 
 const (
 	shardBits = 6
 	numShards = 1 << shardBits
 
-	// expirePerOp is how many tenants with a full bucket an operation drops
+	// expirePerOp is how many keys with a full bucket an operation drops
 	// at most, so that none costs more than O(expirePerOp·log n).
 	expirePerOp = 2
 
 	// A shard's table is rebuilt when live plus deleted slots would
 	// exceed 4/5 of it, or live ones fall below 1/5, and sized so that live
 	// ones then fill 9/16 of it: probes stay short and memory stays
-	// proportional to the tenants.
+	// proportional to the keys.
 	maxLoadNum, maxLoadDen = 4, 5
 	minLoadDen             = 5
 	rebuiltNum, rebuiltDen = 9, 16
 	minSlots               = fanout
+
+	// A shard's arena is compacted (by a rebuild) when the bytes of
+	// dropped keys exceed both the live ones and minGarbage.
+	minGarbage = 1 << 10
 )
 
 const (
-	slotEmpty uint32 = iota
+	slotEmpty uint16 = iota
 	slotLive
 	slotDeleted
 )
 
-// slot is one tenant's state: 24 bytes, its TAT kept as two fields so that
-// the state fits in what would otherwise be padding.
+// slot is one key's state: 24 bytes. fp is the high half of the key's hash,
+// compared before the key's bytes (arena[off:off+n]) while probing.
 type slot struct {
-	key   uint64
 	ns    int64
 	frac  uint32
-	state uint32
+	fp    uint32
+	off   uint32
+	n     uint16
+	state uint16
 }
 
 func (sl *slot) tat() limiter.TAT { return limiter.TAT{NS: sl.ns, Frac: sl.frac} }
@@ -62,8 +73,10 @@ func (sl *slot) tat() limiter.TAT { return limiter.TAT{NS: sl.ns, Frac: sl.frac}
 type gcraShard struct {
 	mu     sync.Mutex
 	blocks []block // the slots, 8 to a block, and level 0 of the index
+	arena  []byte  // the keys' bytes; see slot
+	dead   int     // bytes of arena held by no live slot
 	nslots int     // len(blocks) * fanout
-	live   int     // slots holding a tenant
+	live   int     // slots holding a key
 	used   int     // live plus deleted slots: a probe ends only at an empty slot
 	levels [][]span
 
@@ -74,7 +87,7 @@ type gcraShard struct {
 	_ [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
-type gcraStore struct {
+type gcraTable struct {
 	rate     limiter.Rate
 	limit    int64
 	interval time.Duration // see refillInterval
@@ -83,30 +96,41 @@ type gcraStore struct {
 	shards [numShards]gcraShard
 }
 
-func newGCRAStore(p limiter.Policy, maxTenants int64) *gcraStore {
-	st := &gcraStore{
+func newGCRATable(p limiter.Policy, maxKeys int64) *gcraTable {
+	st := &gcraTable{
 		rate:     limiter.NewRate(p),
 		limit:    p.Limit,
 		interval: refillInterval(p),
 		seed:     maphash.MakeSeed(),
 	}
-	st.max = maxTenants
+	st.max = maxKeys
 	for i := range st.shards {
 		st.shards[i].resize(minSlots)
 	}
 	return st
 }
 
-// hash is keyed with a per-registry random seed, so that nobody can choose
-// addresses that pile up in one shard or one probe sequence.
-func (st *gcraStore) hash(key uint64) uint64 { return maphash.Comparable(st.seed, key) }
+// hash is keyed with a per-table random seed, so that nobody can choose
+// keys that pile up in one shard or one probe sequence.
+func (st *gcraTable) hash(key string) uint64 { return maphash.String(st.seed, key) }
 
-// shard picks a shard from the low bits of h; home uses the high bits.
-func (st *gcraStore) shard(h uint64) *gcraShard { return &st.shards[h&(numShards-1)] }
+// shard picks a shard from the low bits of h, home the slot from its
+// high bits, and the fingerprint is its high half.
+func (st *gcraTable) shard(h uint64) *gcraShard { return &st.shards[h&(numShards-1)] }
+
+func fingerprint(h uint64) uint32 { return uint32(h >> 32) }
 
 func (s *gcraShard) home(h uint64) int {
 	i, _ := bits.Mul64(h, uint64(s.nslots))
 	return int(i)
+}
+
+// key returns the bytes of the key in slot i. The arena only grows until a
+// rebuild replaces it, so the slice stays valid and unchanged after the
+// shard's lock is released.
+func (s *gcraShard) key(i int) []byte {
+	sl := s.slot(i)
+	return s.arena[sl.off : sl.off+uint32(sl.n) : sl.off+uint32(sl.n)]
 }
 
 // resize replaces the table by an empty one of at least n slots; the index
@@ -115,16 +139,18 @@ func (s *gcraShard) resize(n int) {
 	s.blocks = make([]block, blocksFor(n))
 	s.nslots = len(s.blocks) * fanout
 	s.live, s.used = 0, 0
+	s.arena, s.dead = nil, 0
 	s.buildLevels()
 }
 
 // find returns the slot holding key and true, or the slot where key would be
 // inserted (the first deleted or empty slot of its probe sequence) and
 // false. A probe ends at an empty slot; there always is one.
-func (s *gcraShard) find(key, h uint64) (int, bool) { return s.findFrom(key, s.home(h)) }
+func (s *gcraShard) find(key string, h uint64) (int, bool) { return s.findFrom(key, h, s.home(h)) }
 
-func (s *gcraShard) findFrom(key uint64, home int) (int, bool) {
+func (s *gcraShard) findFrom(key string, h uint64, home int) (int, bool) {
 	free := -1
+	fp := fingerprint(h)
 	for i := home; ; {
 		sl := s.slot(i)
 		switch sl.state {
@@ -134,7 +160,7 @@ func (s *gcraShard) findFrom(key uint64, home int) (int, bool) {
 			}
 			return free, false
 		case slotLive:
-			if sl.key == key {
+			if sl.fp == fp && int(sl.n) == len(key) && string(s.arena[sl.off:sl.off+uint32(sl.n)]) == key {
 				return i, true
 			}
 		case slotDeleted:
@@ -148,7 +174,7 @@ func (s *gcraShard) findFrom(key uint64, home int) (int, bool) {
 	}
 }
 
-func (st *gcraStore) acquire(key uint64, now, n int64) (limiter.Decision, bool) {
+func (st *gcraTable) acquire(key string, now, n int64) (limiter.Decision, bool) {
 	h := st.hash(key)
 	s := st.shard(h)
 	s.mu.Lock()
@@ -156,7 +182,7 @@ func (st *gcraStore) acquire(key uint64, now, n int64) (limiter.Decision, bool) 
 	// Load the home block's span before probing: the load does not depend
 	// on the probe, so the two cache misses overlap.
 	bounds := s.blocks[home/fanout].span
-	i, found := s.findFrom(key, home)
+	i, found := s.findFrom(key, h, home)
 	if found {
 		if i/fanout != home/fanout {
 			bounds = s.blocks[i/fanout].span
@@ -182,13 +208,13 @@ func (st *gcraStore) acquire(key uint64, now, n int64) (limiter.Decision, bool) 
 	return st.admitAtBound(key, h, now, n)
 }
 
-// take acquires n permits from the tenant in slot i.
-func (s *gcraShard) take(st *gcraStore, i int, now, n int64) limiter.Decision {
+// take acquires n permits from the key in slot i.
+func (s *gcraShard) take(st *gcraTable, i int, now, n int64) limiter.Decision {
 	return s.takeWith(st, i, now, n, s.blocks[i/fanout].span)
 }
 
 // takeWith is take given the span of slot i's block.
-func (s *gcraShard) takeWith(st *gcraStore, i int, now, n int64, bounds span) limiter.Decision {
+func (s *gcraShard) takeWith(st *gcraTable, i int, now, n int64, bounds span) limiter.Decision {
 	sl := s.slot(i)
 	old := sl.tat()
 	tat, d := st.rate.Acquire(old, now, n)
@@ -199,33 +225,38 @@ func (s *gcraShard) takeWith(st *gcraStore, i int, now, n int64, bounds span) li
 	return d
 }
 
-// insert remembers a new tenant in slot i (from find), for which room has
-// been reserved. It rebuilds the table first when it would become too full.
-func (s *gcraShard) insert(st *gcraStore, key, h uint64, i int, tat limiter.TAT, now int64) {
-	if s.slot(i).state == slotEmpty && (s.used+1)*maxLoadDen > s.nslots*maxLoadNum {
+// insert remembers a new key in slot i (from find), for which room has been
+// reserved. It rebuilds the table first when it would become too full, or
+// its arena mostly dead.
+func (s *gcraShard) insert(st *gcraTable, key string, h uint64, i int, tat limiter.TAT, now int64) {
+	full := s.slot(i).state == slotEmpty && (s.used+1)*maxLoadDen > s.nslots*maxLoadNum
+	if full || s.dead > minGarbage && s.dead > len(s.arena)-s.dead {
 		s.rebuild(st, now, s.live+1)
 		i, _ = s.find(key, h)
 	}
 	if s.slot(i).state == slotEmpty {
 		s.used++
 	}
-	*s.slot(i) = slot{key: key, ns: tat.NS, frac: tat.Frac, state: slotLive}
+	off := len(s.arena)
+	s.arena = append(s.arena, key...)
+	*s.slot(i) = slot{ns: tat.NS, frac: tat.Frac, fp: fingerprint(h), off: uint32(off), n: uint16(len(key)), state: slotLive}
 	s.live++
 	s.added(i, tat)
 }
 
-// remove forgets the tenant in slot i. The caller accounts for the room it
+// remove forgets the key in slot i. The caller accounts for the room it
 // frees.
 func (s *gcraShard) remove(i int) {
-	s.slot(i).state = slotDeleted
+	sl := s.slot(i)
+	sl.state = slotDeleted
+	s.dead += int(sl.n)
 	s.live--
 	s.refresh(i / fanout)
 }
 
-// expire drops up to expirePerOp tenants whose bucket is full at now,
-// earliest TAT first, and shrinks the table when it has become mostly
-// empty.
-func (s *gcraShard) expire(st *gcraStore, now int64) {
+// expire drops up to expirePerOp keys whose bucket is full at now, earliest
+// TAT first, and shrinks the table when it has become mostly empty.
+func (s *gcraShard) expire(st *gcraTable, now int64) {
 	dropped := 0
 	for range expirePerOp {
 		if s.root().lo > now {
@@ -244,16 +275,18 @@ func (s *gcraShard) expire(st *gcraStore, now int64) {
 	}
 }
 
-// rebuild rehashes the live tenants whose bucket is not full at now into a
-// table sized for max(them, want), dropping deleted slots and full buckets.
-func (s *gcraShard) rebuild(st *gcraStore, now int64, want int) {
-	old := s.blocks
+// rebuild rehashes the live keys whose bucket is not full at now into a
+// table sized for max(them, want), dropping deleted slots and full buckets,
+// and copies their bytes into a new, compact arena.
+func (s *gcraShard) rebuild(st *gcraTable, now int64, want int) {
+	old, oldArena := s.blocks, s.arena
 	keep := func(sl *slot) bool { return sl.state == slotLive && !sl.tat().FullAt(now) }
-	kept := 0
+	kept, size := 0, 0
 	for b := range old {
 		for i := range old[b].slots {
-			if keep(&old[b].slots[i]) {
+			if sl := &old[b].slots[i]; keep(sl) {
 				kept++
+				size += int(sl.n)
 			}
 		}
 	}
@@ -261,42 +294,51 @@ func (s *gcraShard) rebuild(st *gcraStore, now int64, want int) {
 	n := max(kept, want)
 	s.blocks = make([]block, blocksFor(max(n*rebuiltDen/rebuiltNum+1, minSlots)))
 	s.nslots = len(s.blocks) * fanout
+	// A new arena, never the old one reused: slices of the old one that
+	// Lowest handed out must stay unchanged.
+	s.arena, s.dead = make([]byte, 0, size+size/4), 0
 	for b := range old {
 		for i := range old[b].slots {
 			sl := &old[b].slots[i]
-			if keep(sl) {
-				j, _ := s.find(sl.key, st.hash(sl.key))
-				*s.slot(j) = *sl
+			if !keep(sl) {
+				continue
 			}
+			key := oldArena[sl.off : sl.off+uint32(sl.n)]
+			j, _ := s.find(string(key), st.hash(string(key)))
+			moved := *sl
+			moved.off = uint32(len(s.arena))
+			s.arena = append(s.arena, key...)
+			*s.slot(j) = moved
 		}
 	}
 	s.live, s.used = kept, kept
 	s.buildLevels()
 }
 
-// admitAtBound remembers a newcomer while the registry holds MaxTenants
-// tenants, making room as Config.MaxTenants describes, or denies it. The
-// room a victim frees passes straight to the newcomer, so the bound holds at
-// every instant. When concurrent acquisitions keep changing the candidate,
-// it gives up after maxVictimAttempts and denies with a RetryAfter of one
+// admitAtBound remembers a newcomer while the table holds its bound of
+// keys, making room as Keys describes, or denies it. The room a victim
+// frees passes straight to the newcomer, so the bound holds at every
+// instant. When concurrent acquisitions keep changing the candidate, it
+// gives up after maxVictimAttempts and denies with a RetryAfter of one
 // permit's refill.
-func (st *gcraStore) admitAtBound(key, h uint64, now, n int64) (limiter.Decision, bool) {
+func (st *gcraTable) admitAtBound(key string, h uint64, now, n int64) (limiter.Decision, bool) {
 	for range maxVictimAttempts {
-		vs, vkey, vtat, ok := st.victim()
+		v, ok := st.victim()
 		if !ok {
 			continue // every unit of room is an insertion under way
 		}
+		vs := v.s
 		vs.mu.Lock()
-		i, found := vs.find(vkey, st.hash(vkey))
-		if !found || vs.slot(i).tat() != vtat {
+		i, found := vs.find(string(v.key), st.hash(string(v.key)))
+		if !found || vs.slot(i).tat() != v.tat {
 			vs.mu.Unlock() // it acquired meanwhile: look again
 			continue
 		}
 		// A full bucket has permits left, so it is dropped here too.
-		if st.rate.Available(vtat, now).Remaining == 0 {
+		if st.rate.Available(v.tat, now).Remaining == 0 {
 			vs.mu.Unlock()
-			_, vd := st.rate.Acquire(vtat, now, 1)
-			return registryFull(n, st.limit, vd.RetryAfter), true
+			_, vd := st.rate.Acquire(v.tat, now, 1)
+			return tableFull(n, st.limit, vd.RetryAfter), true
 		}
 		// The victim's unit of room passes to the newcomer.
 		vs.remove(i)
@@ -317,13 +359,21 @@ func (st *gcraStore) admitAtBound(key, h uint64, now, n int64) (limiter.Decision
 		s.mu.Unlock()
 		return d, false
 	}
-	return registryFull(n, st.limit, st.interval), true
+	return tableFull(n, st.limit, st.interval), true
 }
 
-// victim finds the tenant Config.MaxTenants evicts first: the earliest TAT,
-// and among equal TATs the largest key. Only shards whose earliest bound is
-// the smallest can hold it.
-func (st *gcraStore) victim() (s *gcraShard, key uint64, tat limiter.TAT, ok bool) {
+// candidate is a key found in a shard: a victim, or a Lowest candidate.
+// key is a slice of the shard's arena, valid after the lock is released.
+type candidate struct {
+	s   *gcraShard
+	tat limiter.TAT
+	key []byte
+}
+
+// victim finds the key Keys evicts first: the earliest TAT, and among
+// equal TATs the largest key. Only shards whose earliest bound is the
+// smallest can hold it.
+func (st *gcraTable) victim() (v candidate, ok bool) {
 	lo := int64(math.MaxInt64)
 	empty := true
 	for i := range st.shards {
@@ -335,7 +385,7 @@ func (st *gcraStore) victim() (s *gcraShard, key uint64, tat limiter.TAT, ok boo
 		lo = min(lo, sh.rootLo.Load())
 	}
 	if empty {
-		return nil, 0, limiter.TAT{}, false
+		return candidate{}, false
 	}
 	for i := range st.shards {
 		sh := &st.shards[i]
@@ -344,26 +394,26 @@ func (st *gcraStore) victim() (s *gcraShard, key uint64, tat limiter.TAT, ok boo
 		}
 		sh.mu.Lock()
 		if j := sh.earliest(); j >= 0 {
-			sl := sh.slot(j)
-			if !ok || evictsBefore(sl.tat(), sl.key, tat, key) {
-				s, key, tat, ok = sh, sl.key, sl.tat(), true
+			c := candidate{s: sh, tat: sh.slot(j).tat(), key: sh.key(j)}
+			if !ok || evictsBefore(c.tat, c.key, v.tat, v.key) {
+				v, ok = c, true
 			}
 		}
 		sh.mu.Unlock()
 	}
-	return s, key, tat, ok
+	return v, ok
 }
 
-// evictsBefore orders tenants for eviction: earliest TAT first, then largest
+// evictsBefore orders keys for eviction: earliest TAT first, then largest
 // key, the reverse of Lowest's order.
-func evictsBefore(t limiter.TAT, k uint64, u limiter.TAT, l uint64) bool {
+func evictsBefore(t limiter.TAT, k []byte, u limiter.TAT, l []byte) bool {
 	if c := t.Compare(u); c != 0 {
 		return c < 0
 	}
-	return k > l
+	return bytes.Compare(k, l) > 0
 }
 
-func (st *gcraStore) available(key uint64, now int64) (limiter.Availability, bool) {
+func (st *gcraTable) available(key string, now int64) (limiter.Availability, bool) {
 	h := st.hash(key)
 	s := st.shard(h)
 	s.mu.Lock()
@@ -381,23 +431,23 @@ func (st *gcraStore) available(key uint64, now int64) (limiter.Availability, boo
 }
 
 // availableAtBound is what admitAtBound would answer a newcomer asking for
-// one permit, changing nothing: a full bucket when the tenant it would
-// evict has a permit left, otherwise no permit until that tenant regains
-// one. The victim is looked for without holding any shard's lock, as
-// admitAtBound does.
-func (st *gcraStore) availableAtBound(now int64) (limiter.Availability, bool) {
-	_, _, vtat, ok := st.victim()
-	if !ok || st.rate.Available(vtat, now).Remaining > 0 {
+// one permit, changing nothing: a full bucket when the key it would evict
+// has a permit left, otherwise no permit until that key regains one. The
+// victim is looked for without holding any shard's lock, as admitAtBound
+// does.
+func (st *gcraTable) availableAtBound(now int64) (limiter.Availability, bool) {
+	v, ok := st.victim()
+	if !ok || st.rate.Available(v.tat, now).Remaining > 0 {
 		return st.rate.Available(limiter.TAT{}, now), false
 	}
-	_, vd := st.rate.Acquire(vtat, now, 1)
-	return registryFullAvailability(st.limit, vd.RetryAfter), true
+	_, vd := st.rate.Acquire(v.tat, now, 1)
+	return tableFullAvailability(st.limit, vd.RetryAfter), true
 }
 
-// gcraRanked is a Lowest candidate.
+// gcraRanked is a Lowest candidate; key is a slice of its shard's arena.
 type gcraRanked struct {
 	tat limiter.TAT
-	key uint64
+	key []byte
 }
 
 // ranksBefore is Lowest's order: latest TAT first, then smallest key.
@@ -405,10 +455,10 @@ func ranksBefore(a, b gcraRanked) bool {
 	if c := a.tat.Compare(b.tat); c != 0 {
 		return c > 0
 	}
-	return a.key < b.key
+	return bytes.Compare(a.key, b.key) < 0
 }
 
-func (st *gcraStore) lowest(_ context.Context, now int64, k int) ([]ranked, error) {
+func (st *gcraTable) lowest(_ context.Context, now int64, k int) ([]KeyEntry, error) {
 	// Visit shards latest bound first, so that the k-th best rises quickly
 	// and prunes the other shards at their root: pop them from a max-heap.
 	var roots rootHeap
@@ -421,9 +471,9 @@ func (st *gcraStore) lowest(_ context.Context, now int64, k int) ([]ranked, erro
 	c := collector{now: now, floor: now + 1, top: newTopK(k, ranksBefore)}
 	if roots.n >= k {
 		// Bounds are exact, so each root's hi is the rounded-up TAT of a
-		// tenant whose TAT lies after hi-1: at least k tenants lie after
-		// the k-th largest root hi minus 1, and no subtree whose hi is
-		// below that k-th hi can hold one of the k latest.
+		// key whose TAT lies after hi-1: at least k keys lie after the
+		// k-th largest root hi minus 1, and no subtree whose hi is below
+		// that k-th hi can hold one of the k latest.
 		var his [numShards]int64
 		for i := range roots.n {
 			his[i] = roots.items[i].hi
@@ -443,15 +493,15 @@ func (st *gcraStore) lowest(_ context.Context, now int64, k int) ([]ranked, erro
 	}
 	top := c.top
 	best := top.sorted()
-	out := make([]ranked, len(best))
+	out := make([]KeyEntry, len(best))
 	for i, b := range best {
-		out[i] = ranked{key: b.key, av: st.rate.Available(b.tat, now)}
+		out[i] = KeyEntry{Key: string(b.key), Availability: st.rate.Available(b.tat, now)}
 	}
 	return out, nil
 }
 
-func (st *gcraStore) stats() Stats {
-	s := Stats{Tenants: int(st.count.Load())}
+func (st *gcraTable) stats() KeyStats {
+	s := KeyStats{Keys: int(st.count.Load())}
 	for i := range st.shards {
 		sh := &st.shards[i]
 		sh.mu.Lock()
@@ -461,8 +511,8 @@ func (st *gcraStore) stats() Stats {
 	return s
 }
 
-// live counts the tenants the shards hold; at rest it equals count.
-func (st *gcraStore) live() int {
+// live counts the keys the shards hold; at rest it equals count.
+func (st *gcraTable) live() int {
 	n := 0
 	for i := range st.shards {
 		sh := &st.shards[i]

@@ -1,4 +1,4 @@
-package tenant
+package memory
 
 import (
 	"math"
@@ -18,9 +18,9 @@ import (
 //
 // Bounds are exact: lo is the smallest TAT.NS below a node and hi the largest
 // TAT.NS rounded up (NS+1 when Frac > 0), so every TAT t below satisfies
-// (lo, 0) <= t <= (hi, 0). Keeping them exact is cheap because a tenant's
+// (lo, 0) <= t <= (hi, 0). Keeping them exact is cheap because a key's
 // TAT only ever grows: an acquisition raises a block's hi, which climbs only
-// the ancestors it exceeds, and changes its lo only when the tenant held it.
+// the ancestors it exceeds, and changes its lo only when the key held it.
 // A parent is recomputed from its children only when a bound it shared
 // with one of them moves inward.
 //
@@ -180,7 +180,7 @@ func (s *gcraShard) raised(i int, old, tat limiter.TAT, p span) {
 	}
 }
 
-// added updates the index after a tenant was put in slot i.
+// added updates the index after a key was put in slot i.
 func (s *gcraShard) added(i int, tat limiter.TAT) {
 	b := i / fanout
 	p := s.blocks[b].span
@@ -189,7 +189,7 @@ func (s *gcraShard) added(i int, tat limiter.TAT) {
 	}
 }
 
-// earliest returns the slot of the tenant evicted first (earliest TAT, then
+// earliest returns the slot of the key evicted first (earliest TAT, then
 // largest key; see evictsBefore), or -1 when the shard is empty. It visits
 // children earliest bound first and skips those that cannot hold an earlier
 // TAT than the best found, so it reads O(log n) nodes unless many TATs share
@@ -210,7 +210,7 @@ func (s *gcraShard) earliestIn(l, j int, best *int) {
 			if sl.state != slotLive {
 				continue
 			}
-			if *best < 0 || evictsBefore(sl.tat(), sl.key, s.slot(*best).tat(), s.slot(*best).key) {
+			if *best < 0 || evictsBefore(sl.tat(), s.key(i), s.slot(*best).tat(), s.key(*best)) {
 				*best = i
 			}
 		}
@@ -259,7 +259,7 @@ func (c *collector) mayRank(hi int64) bool {
 	return hi > w.NS || hi == w.NS && w.Frac == 0
 }
 
-// collect offers to c the tenants of the shard that could rank among the k
+// collect offers to c the keys of the shard that could rank among the k
 // latest, visiting subtrees latest bound first.
 func (s *gcraShard) collect(c *collector) {
 	if c.mayRank(s.root().hi) {
@@ -279,7 +279,7 @@ func (s *gcraShard) collectIn(l, j int, c *collector) {
 			if t.FullAt(c.now) || !c.mayRank(ceilNS(t)) {
 				continue
 			}
-			c.top.offer(gcraRanked{tat: t, key: sl.key})
+			c.top.offer(gcraRanked{tat: t, key: s.key(j*fanout + i)})
 		}
 		return
 	}
