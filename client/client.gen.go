@@ -55,6 +55,9 @@ func (e HealthStatus) Valid() bool {
 //
 // Example: {"permits":5}
 type AcquireRequest struct {
+	// Key The key whose bucket to take from; required for a keyed limiter, refused for one that is not.
+	Key *Key `json:"key,omitempty"`
+
 	// Permits How many permits to take, all or nothing. More than the limiter
 	// can ever hold is not an error: it is denied with
 	// `exceeds_capacity`.
@@ -76,6 +79,18 @@ type Algorithm string
 //
 // Example: {"limit":9,"remaining":4,"reset_after_ms":33334}
 type Availability struct {
+	// Key The key reported on; present only for a keyed limiter.
+	Key *Key `json:"key,omitempty"`
+
+	// KeysFull Present, and true, only for a key that a keyed limiter does not
+	// remember and has no room for (see `Decision.keys_full`):
+	// `remaining` is then 0, and `reset_after_ms` says when room can
+	// be made.
+	//
+	//
+	// Example: true
+	KeysFull *bool `json:"keys_full,omitempty"`
+
 	// Limit The policy's limit.
 	Limit Limit `json:"limit"`
 
@@ -207,6 +222,18 @@ type Decision struct {
 	// Example: false
 	ExceedsCapacity bool `json:"exceeds_capacity"`
 
+	// Key The key decided on; present only for a keyed limiter.
+	Key *Key `json:"key,omitempty"`
+
+	// KeysFull Present, and true, only on the denial of a key that a keyed
+	// limiter does not remember and has no room for: it holds
+	// `max_keys` keys, all limited. `remaining` is then 0, and
+	// `retry_after_ms` says when room can be made.
+	//
+	//
+	// Example: true
+	KeysFull *bool `json:"keys_full,omitempty"`
+
 	// Limit The policy's limit; 0 in a degraded decision, where it is unknown.
 	//
 	// Example: 9
@@ -314,6 +341,33 @@ type ItemCheck struct {
 	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
 }
 
+// Key A key of a keyed limiter: 1 to 128 bytes of UTF-8 without control
+// characters, otherwise opaque (a user id, an API key, a route).
+//
+// Example: user-42
+type Key = string
+
+// KeyEntry One key of a keyed limiter close to its limit.
+//
+// Example: {"key":"user-42","limit":100,"remaining":0,"reset_after_ms":60000}
+type KeyEntry struct {
+	// Key A key of a keyed limiter: 1 to 128 bytes of UTF-8 without control
+	// characters, otherwise opaque (a user id, an API key, a route).
+	//
+	//
+	// Example: user-42
+	Key Key `json:"key"`
+
+	// Limit The limiter's limit.
+	Limit Limit `json:"limit"`
+
+	// Remaining How many permits the key could take now.
+	Remaining Permits `json:"remaining"`
+
+	// ResetAfterMs Milliseconds until the key's bucket is full again if it acquires nothing meanwhile.
+	ResetAfterMs Milliseconds `json:"reset_after_ms"`
+}
+
 // Limit Permits per period.
 //
 // Example: 100
@@ -351,10 +405,18 @@ type Limiter struct {
 	// Example: checkout
 	Group *Group `json:"group,omitempty"`
 
+	// Keyed Present, and true, only for a keyed limiter.
+	//
+	// Example: true
+	Keyed *bool `json:"keyed,omitempty"`
+
 	// Limit Permits per period.
 	//
 	// Example: 100
 	Limit Limit `json:"limit"`
+
+	// MaxKeys The most keys a keyed limiter remembers at once; present only for a keyed limiter.
+	MaxKeys *MaxKeys `json:"max_keys,omitempty"`
 
 	// Name The limiter's name.
 	//
@@ -408,10 +470,16 @@ type LimiterSpec struct {
 	// Example: checkout
 	Group *Group `json:"group,omitempty"`
 
+	// Keyed One bucket per key under the policy (see `max_keys`).
+	Keyed *bool `json:"keyed,omitempty"`
+
 	// Limit Permits per period.
 	//
 	// Example: 100
 	Limit Limit `json:"limit"`
+
+	// MaxKeys For a keyed limiter only; 10,000 when left out.
+	MaxKeys *MaxKeys `json:"max_keys,omitempty"`
 
 	// Period The window the limit applies to, as a Go duration: a sequence of
 	// numbers with units `ns`, `us`, `ms`, `s`, `m` or `h`, such as `100s`,
@@ -421,6 +489,14 @@ type LimiterSpec struct {
 	//
 	// Example: 1m
 	Period Period `json:"period"`
+}
+
+// LowestKeys The keys of a keyed limiter closest to their limit.
+//
+// Example: {"items":[{"key":"user-42","limit":100,"remaining":0,"reset_after_ms":60000}]}
+type LowestKeys struct {
+	// Items Fewest permits left first; keys at full capacity are left out.
+	Items []KeyEntry `json:"items"`
 }
 
 // LowestTenants The tenants closest to their limit, and the policy they are limited by.
@@ -435,6 +511,17 @@ type LowestTenants struct {
 	// Example: {"algorithm":"gcra","burst":100,"limit":100,"period":"1m0s"}
 	Policy Policy `json:"policy"`
 }
+
+// MaxKeys The most keys a keyed limiter remembers at once. A key not yet
+// remembered that takes permits while the limiter holds `max_keys`
+// gets room without ever freeing a key that is limited: a key whose
+// bucket is full again is dropped; otherwise the key with the most
+// permits left is evicted, if it has one left (it starts again from a
+// full bucket); otherwise the newcomer is denied with `keys_full`
+// until one regains a permit.
+//
+// Example: 50000
+type MaxKeys = int32
 
 // Milliseconds A duration in whole milliseconds, rounded up.
 //
@@ -754,6 +841,11 @@ type InternalError = Problem
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type NotFound = Problem
 
+// NotImplemented An RFC 9457 problem detail.
+//
+// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+type NotImplemented = Problem
+
 // NotReady An RFC 9457 problem detail.
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
@@ -832,6 +924,20 @@ type ListLimitersParams struct {
 	PageToken *PageToken `form:"page_token,omitempty" json:"page_token,omitempty"`
 }
 
+// GetAvailableParams defines parameters for GetAvailable.
+type GetAvailableParams struct {
+	// Key The key of a keyed limiter whose bucket to report on: 1 to 128
+	// bytes of UTF-8 without control characters. Required for a keyed
+	// limiter, refused for one that is not.
+	Key *Key `form:"key,omitempty" json:"key,omitempty"`
+}
+
+// ListLowestKeysParams defines parameters for ListLowestKeys.
+type ListLowestKeysParams struct {
+	// K The most tenants (or keys) to return.
+	K *LowestK `form:"k,omitempty" json:"k,omitempty"`
+}
+
 // RefundParams defines parameters for Refund.
 type RefundParams struct {
 	// IdempotencyKey Makes the request safe to retry. The first request with a key is
@@ -876,7 +982,7 @@ type SettleReservationParams struct {
 
 // ListLowestTenantsParams defines parameters for ListLowestTenants.
 type ListLowestTenantsParams struct {
-	// K The most tenants to return.
+	// K The most tenants (or keys) to return.
 	K *LowestK `form:"k,omitempty" json:"k,omitempty"`
 }
 
@@ -1194,6 +1300,13 @@ type ClientInterface interface {
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
 	//
+	// `keyed` makes it hold one bucket per key under the policy, at most
+	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
+	// of a server hold at most 1,000,000 keys together: the sum of their
+	// `max_keys`. Creating or growing one past that is refused with 409.
+	// Keyed limiters need the memory backend: the Redis backend refuses
+	// them with 501 for now.
+	//
 	// `group` places the limiter with the others it is decided with
 	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
 	// with another group (or none, or one when it had none) is refused
@@ -1216,6 +1329,13 @@ type ClientInterface interface {
 	// Creates the limiter, or replaces its policy. Replacing a limiter with
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
+	//
+	// `keyed` makes it hold one bucket per key under the policy, at most
+	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
+	// of a server hold at most 1,000,000 keys together: the sum of their
+	// `max_keys`. Creating or growing one past that is refused with 409.
+	// Keyed limiters need the memory backend: the Redis backend refuses
+	// them with 501 for now.
 	//
 	// `group` places the limiter with the others it is decided with
 	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -1241,6 +1361,9 @@ type ClientInterface interface {
 	// `"allowed": false`, not an error. The body may be left out entirely
 	// (no body, `Content-Length: 0`) to take one permit.
 	//
+	// A keyed limiter needs the `key` whose bucket to take from, and a
+	// limiter that is not keyed refuses one (`400`).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/limiters/{name}/acquire (the `Acquire` operationId).
@@ -1253,6 +1376,9 @@ type ClientInterface interface {
 	// `"allowed": false`, not an error. The body may be left out entirely
 	// (no body, `Content-Length: 0`) to take one permit.
 	//
+	// A keyed limiter needs the `key` whose bucket to take from, and a
+	// limiter that is not keyed refuses one (`400`).
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/limiters/{name}/acquire (the `Acquire` operationId).
@@ -1261,10 +1387,22 @@ type ClientInterface interface {
 	// GetAvailable Get available permits
 	//
 	// Reports how many permits an acquisition could take now, without
-	// taking any.
+	// taking any. A keyed limiter needs the `key` to report on; a key it
+	// does not remember has a full bucket.
 	//
 	// Corresponds with GET /v1/limiters/{name}/available (the `GetAvailable` operationId).
-	GetAvailable(ctx context.Context, name LimiterName, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetAvailable(ctx context.Context, name LimiterName, params *GetAvailableParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListLowestKeys List the keys closest to their limit
+	//
+	// Lists up to `k` keys of a keyed limiter with the fewest permits
+	// left, fewest first; among keys with as many left, the one that
+	// takes longer to be full again comes first, then keys sort bytewise.
+	// Keys at full capacity are not listed, so fewer than `k` may come
+	// back. A limiter that is not keyed is refused with `400`.
+	//
+	// Corresponds with GET /v1/limiters/{name}/lowest (the `ListLowestKeys` operationId).
+	ListLowestKeys(ctx context.Context, name LimiterName, params *ListLowestKeysParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PeekWithBody Check several limiters at once without taking anything
 	//
@@ -1789,6 +1927,13 @@ func (c *Client) GetLimiter(ctx context.Context, name LimiterName, reqEditors ..
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
 //
+// `keyed` makes it hold one bucket per key under the policy, at most
+// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
+// of a server hold at most 1,000,000 keys together: the sum of their
+// `max_keys`. Creating or growing one past that is refused with 409.
+// Keyed limiters need the memory backend: the Redis backend refuses
+// them with 501 for now.
+//
 // `group` places the limiter with the others it is decided with
 // (see `POST /v1/decide`). A limiter keeps its group: replacing it
 // with another group (or none, or one when it had none) is refused
@@ -1821,6 +1966,13 @@ func (c *Client) PutLimiterWithBody(ctx context.Context, name LimiterName, conte
 // Creates the limiter, or replaces its policy. Replacing a limiter with
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
+//
+// `keyed` makes it hold one bucket per key under the policy, at most
+// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
+// of a server hold at most 1,000,000 keys together: the sum of their
+// `max_keys`. Creating or growing one past that is refused with 409.
+// Keyed limiters need the memory backend: the Redis backend refuses
+// them with 501 for now.
 //
 // `group` places the limiter with the others it is decided with
 // (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -1856,6 +2008,9 @@ func (c *Client) PutLimiter(ctx context.Context, name LimiterName, body PutLimit
 // `"allowed": false`, not an error. The body may be left out entirely
 // (no body, `Content-Length: 0`) to take one permit.
 //
+// A keyed limiter needs the `key` whose bucket to take from, and a
+// limiter that is not keyed refuses one (`400`).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/limiters/{name}/acquire (the `Acquire` operationId).
@@ -1878,6 +2033,9 @@ func (c *Client) AcquireWithBody(ctx context.Context, name LimiterName, contentT
 // `"allowed": false`, not an error. The body may be left out entirely
 // (no body, `Content-Length: 0`) to take one permit.
 //
+// A keyed limiter needs the `key` whose bucket to take from, and a
+// limiter that is not keyed refuses one (`400`).
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/limiters/{name}/acquire (the `Acquire` operationId).
@@ -1896,11 +2054,33 @@ func (c *Client) Acquire(ctx context.Context, name LimiterName, body AcquireJSON
 // GetAvailable Get available permits
 //
 // Reports how many permits an acquisition could take now, without
-// taking any.
+// taking any. A keyed limiter needs the `key` to report on; a key it
+// does not remember has a full bucket.
 //
 // Corresponds with GET /v1/limiters/{name}/available (the `GetAvailable` operationId).
-func (c *Client) GetAvailable(ctx context.Context, name LimiterName, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetAvailableRequest(c.Server, name)
+func (c *Client) GetAvailable(ctx context.Context, name LimiterName, params *GetAvailableParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAvailableRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListLowestKeys List the keys closest to their limit
+//
+// Lists up to `k` keys of a keyed limiter with the fewest permits
+// left, fewest first; among keys with as many left, the one that
+// takes longer to be full again comes first, then keys sort bytewise.
+// Keys at full capacity are not listed, so fewer than `k` may come
+// back. A limiter that is not keyed is refused with `400`.
+//
+// Corresponds with GET /v1/limiters/{name}/lowest (the `ListLowestKeys` operationId).
+func (c *Client) ListLowestKeys(ctx context.Context, name LimiterName, params *ListLowestKeysParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListLowestKeysRequest(c.Server, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2720,7 +2900,7 @@ func NewAcquireRequestWithBody(server string, name LimiterName, contentType stri
 }
 
 // NewGetAvailableRequest constructs an http.Request for the GetAvailable method
-func NewGetAvailableRequest(server string, name LimiterName) (*http.Request, error) {
+func NewGetAvailableRequest(server string, name LimiterName, params *GetAvailableParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2743,6 +2923,94 @@ func NewGetAvailableRequest(server string, name LimiterName) (*http.Request, err
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Key != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "key", *params.Key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListLowestKeysRequest constructs an http.Request for the ListLowestKeys method
+func NewListLowestKeysRequest(server string, name LimiterName, params *ListLowestKeysParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/limiters/%s/lowest", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.K != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "k", *params.K, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -3429,6 +3697,13 @@ type ClientWithResponsesInterface interface {
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
 	//
+	// `keyed` makes it hold one bucket per key under the policy, at most
+	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
+	// of a server hold at most 1,000,000 keys together: the sum of their
+	// `max_keys`. Creating or growing one past that is refused with 409.
+	// Keyed limiters need the memory backend: the Redis backend refuses
+	// them with 501 for now.
+	//
 	// `group` places the limiter with the others it is decided with
 	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
 	// with another group (or none, or one when it had none) is refused
@@ -3451,6 +3726,13 @@ type ClientWithResponsesInterface interface {
 	// Creates the limiter, or replaces its policy. Replacing a limiter with
 	// an identical policy keeps its state; a different policy starts it
 	// full. `burst` applies to `gcra` only and must not exceed `limit`.
+	//
+	// `keyed` makes it hold one bucket per key under the policy, at most
+	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
+	// of a server hold at most 1,000,000 keys together: the sum of their
+	// `max_keys`. Creating or growing one past that is refused with 409.
+	// Keyed limiters need the memory backend: the Redis backend refuses
+	// them with 501 for now.
 	//
 	// `group` places the limiter with the others it is decided with
 	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -3476,6 +3758,9 @@ type ClientWithResponsesInterface interface {
 	// `"allowed": false`, not an error. The body may be left out entirely
 	// (no body, `Content-Length: 0`) to take one permit.
 	//
+	// A keyed limiter needs the `key` whose bucket to take from, and a
+	// limiter that is not keyed refuses one (`400`).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/limiters/{name}/acquire (the `Acquire` operationId).
@@ -3488,6 +3773,9 @@ type ClientWithResponsesInterface interface {
 	// `"allowed": false`, not an error. The body may be left out entirely
 	// (no body, `Content-Length: 0`) to take one permit.
 	//
+	// A keyed limiter needs the `key` whose bucket to take from, and a
+	// limiter that is not keyed refuses one (`400`).
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/limiters/{name}/acquire (the `Acquire` operationId).
@@ -3496,12 +3784,26 @@ type ClientWithResponsesInterface interface {
 	// GetAvailableWithResponse Get available permits
 	//
 	// Reports how many permits an acquisition could take now, without
-	// taking any.
+	// taking any. A keyed limiter needs the `key` to report on; a key it
+	// does not remember has a full bucket.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/limiters/{name}/available (the `GetAvailable` operationId).
-	GetAvailableWithResponse(ctx context.Context, name LimiterName, reqEditors ...RequestEditorFn) (*GetAvailableResponse, error)
+	GetAvailableWithResponse(ctx context.Context, name LimiterName, params *GetAvailableParams, reqEditors ...RequestEditorFn) (*GetAvailableResponse, error)
+
+	// ListLowestKeysWithResponse List the keys closest to their limit
+	//
+	// Lists up to `k` keys of a keyed limiter with the fewest permits
+	// left, fewest first; among keys with as many left, the one that
+	// takes longer to be full again comes first, then keys sort bytewise.
+	// Keys at full capacity are not listed, so fewer than `k` may come
+	// back. A limiter that is not keyed is refused with `400`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/limiters/{name}/lowest (the `ListLowestKeys` operationId).
+	ListLowestKeysWithResponse(ctx context.Context, name LimiterName, params *ListLowestKeysParams, reqEditors ...RequestEditorFn) (*ListLowestKeysResponse, error)
 
 	// PeekWithBodyWithResponse Check several limiters at once without taking anything
 	//
@@ -4375,6 +4677,8 @@ type PutLimiterResponse struct {
 	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *NotImplemented
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -4421,6 +4725,11 @@ func (r PutLimiterResponse) GetApplicationProblemJSON415() *UnsupportedMediaType
 // GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r PutLimiterResponse) GetApplicationProblemJSON500() *InternalError {
 	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r PutLimiterResponse) GetApplicationProblemJSON501() *NotImplemented {
+	return r.ApplicationProblemJSON501
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -4620,6 +4929,75 @@ func (r GetAvailableResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetAvailableResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListLowestKeysResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LowestKeys
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListLowestKeysResponse) GetJSON200() *LowestKeys {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListLowestKeysResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListLowestKeysResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListLowestKeysResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListLowestKeysResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListLowestKeysResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListLowestKeysResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListLowestKeysResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListLowestKeysResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5660,6 +6038,13 @@ func (c *ClientWithResponses) GetLimiterWithResponse(ctx context.Context, name L
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
 //
+// `keyed` makes it hold one bucket per key under the policy, at most
+// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
+// of a server hold at most 1,000,000 keys together: the sum of their
+// `max_keys`. Creating or growing one past that is refused with 409.
+// Keyed limiters need the memory backend: the Redis backend refuses
+// them with 501 for now.
+//
 // `group` places the limiter with the others it is decided with
 // (see `POST /v1/decide`). A limiter keeps its group: replacing it
 // with another group (or none, or one when it had none) is refused
@@ -5688,6 +6073,13 @@ func (c *ClientWithResponses) PutLimiterWithBodyWithResponse(ctx context.Context
 // Creates the limiter, or replaces its policy. Replacing a limiter with
 // an identical policy keeps its state; a different policy starts it
 // full. `burst` applies to `gcra` only and must not exceed `limit`.
+//
+// `keyed` makes it hold one bucket per key under the policy, at most
+// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
+// of a server hold at most 1,000,000 keys together: the sum of their
+// `max_keys`. Creating or growing one past that is refused with 409.
+// Keyed limiters need the memory backend: the Redis backend refuses
+// them with 501 for now.
 //
 // `group` places the limiter with the others it is decided with
 // (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -5719,6 +6111,9 @@ func (c *ClientWithResponses) PutLimiterWithResponse(ctx context.Context, name L
 // `"allowed": false`, not an error. The body may be left out entirely
 // (no body, `Content-Length: 0`) to take one permit.
 //
+// A keyed limiter needs the `key` whose bucket to take from, and a
+// limiter that is not keyed refuses one (`400`).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/limiters/{name}/acquire (the `Acquire` operationId).
@@ -5737,6 +6132,9 @@ func (c *ClientWithResponses) AcquireWithBodyWithResponse(ctx context.Context, n
 // `"allowed": false`, not an error. The body may be left out entirely
 // (no body, `Content-Length: 0`) to take one permit.
 //
+// A keyed limiter needs the `key` whose bucket to take from, and a
+// limiter that is not keyed refuses one (`400`).
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/limiters/{name}/acquire (the `Acquire` operationId).
@@ -5751,17 +6149,37 @@ func (c *ClientWithResponses) AcquireWithResponse(ctx context.Context, name Limi
 // GetAvailableWithResponse Get available permits
 //
 // Reports how many permits an acquisition could take now, without
-// taking any.
+// taking any. A keyed limiter needs the `key` to report on; a key it
+// does not remember has a full bucket.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/limiters/{name}/available (the `GetAvailable` operationId).
-func (c *ClientWithResponses) GetAvailableWithResponse(ctx context.Context, name LimiterName, reqEditors ...RequestEditorFn) (*GetAvailableResponse, error) {
-	rsp, err := c.GetAvailable(ctx, name, reqEditors...)
+func (c *ClientWithResponses) GetAvailableWithResponse(ctx context.Context, name LimiterName, params *GetAvailableParams, reqEditors ...RequestEditorFn) (*GetAvailableResponse, error) {
+	rsp, err := c.GetAvailable(ctx, name, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
 	return ParseGetAvailableResponse(rsp)
+}
+
+// ListLowestKeysWithResponse List the keys closest to their limit
+//
+// Lists up to `k` keys of a keyed limiter with the fewest permits
+// left, fewest first; among keys with as many left, the one that
+// takes longer to be full again comes first, then keys sort bytewise.
+// Keys at full capacity are not listed, so fewer than `k` may come
+// back. A limiter that is not keyed is refused with `400`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/limiters/{name}/lowest (the `ListLowestKeys` operationId).
+func (c *ClientWithResponses) ListLowestKeysWithResponse(ctx context.Context, name LimiterName, params *ListLowestKeysParams, reqEditors ...RequestEditorFn) (*ListLowestKeysResponse, error) {
+	rsp, err := c.ListLowestKeys(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListLowestKeysResponse(rsp)
 }
 
 // PeekWithBodyWithResponse Check several limiters at once without taking anything
@@ -6655,6 +7073,13 @@ func ParsePutLimiterResponse(rsp *http.Response) (*PutLimiterResponse, error) {
 		}
 		response.ApplicationProblemJSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6854,6 +7279,60 @@ func ParseGetAvailableResponse(rsp *http.Response) (*GetAvailableResponse, error
 			headers.RateLimitPolicy = value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListLowestKeysResponse parses an HTTP response from a ListLowestKeysWithResponse call
+func ParseListLowestKeysResponse(rsp *http.Response) (*ListLowestKeysResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListLowestKeysResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LowestKeys
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
 	}
 
 	return response, nil

@@ -71,7 +71,7 @@ func Example() {
 	fmt.Println("5 more: allowed", res.JSON200.Allowed, "retry after", time.Duration(*res.JSON200.RetryAfterMs)*time.Millisecond > 6*time.Second)
 
 	// An error is a problem document.
-	missing, err := c.GetAvailableWithResponse(ctx, "no-such-limiter")
+	missing, err := c.GetAvailableWithResponse(ctx, "no-such-limiter", nil)
 	if err != nil {
 		log.Fatal(err)
 	}

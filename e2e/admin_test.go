@@ -63,7 +63,7 @@ func TestAdminToken(t *testing.T) {
 		}{
 			{"getLimiter", func() (answer, error) { return open.GetLimiterWithResponse(ctx, guarded) }},
 			{"listLimiters", func() (answer, error) { return open.ListLimitersWithResponse(ctx, nil) }},
-			{"getAvailable", func() (answer, error) { return open.GetAvailableWithResponse(ctx, guarded) }},
+			{"getAvailable", func() (answer, error) { return open.GetAvailableWithResponse(ctx, guarded, nil) }},
 			{"acquireTenant", func() (answer, error) {
 				return open.AcquireTenantWithResponse(ctx, "203.0.113.1", client.AcquireRequest{})
 			}},

@@ -173,7 +173,7 @@ func TestBadInput(t *testing.T) {
 			return api.AcquireWithResponse(ctx, "bad input", client.AcquireRequest{})
 		}, 400, "/v1/limiters/bad%20input/acquire", "path.name"},
 		{"name of 129 characters", func(ctx context.Context) (answer, error) {
-			return api.GetAvailableWithResponse(ctx, longName)
+			return api.GetAvailableWithResponse(ctx, longName, nil)
 		}, 400, "/v1/limiters/" + longName + "/available", "path.name"},
 		{"name not ASCII", func(ctx context.Context) (answer, error) {
 			return api.DeleteLimiterWithResponse(ctx, "naïve")

@@ -77,7 +77,7 @@ func TestRateLimitHeaders(t *testing.T) {
 				t.Errorf("acquire %d, more than the capacity: got %+v, want denied, exceeds capacity", capacity+1, d)
 			}
 
-			res, err := api.GetAvailableWithResponse(ctx, tc.name)
+			res, err := api.GetAvailableWithResponse(ctx, tc.name, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

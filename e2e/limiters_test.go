@@ -102,7 +102,7 @@ func TestLimiterLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkProblem(t, acq, http.StatusNotFound, path+"/acquire", "")
-		avail, err := api.GetAvailableWithResponse(ctx, name)
+		avail, err := api.GetAvailableWithResponse(ctx, name, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,7 +376,7 @@ func take(t *testing.T, api *client.ClientWithResponses, name string, permits in
 // available returns how many permits a limiter could grant now.
 func available(t *testing.T, api *client.ClientWithResponses, name string) int64 {
 	t.Helper()
-	res, err := api.GetAvailableWithResponse(t.Context(), name)
+	res, err := api.GetAvailableWithResponse(t.Context(), name, nil)
 	if err != nil {
 		t.Fatalf("available %s: %v", name, err)
 	}

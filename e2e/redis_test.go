@@ -127,7 +127,7 @@ func TestReplicasShareRedis(t *testing.T) {
 	t.Logf("admitted %d of %d (per replica %d, %d, %d)", allowed.Load(), requests,
 		perReplica[0].Load(), perReplica[1].Load(), perReplica[2].Load())
 	for i, r := range replicas {
-		res, err := r.api.GetAvailableWithResponse(ctx, "upstream")
+		res, err := r.api.GetAvailableWithResponse(ctx, "upstream", nil)
 		if err != nil || res.JSON200 == nil || res.JSON200.Remaining != 0 {
 			t.Errorf("replica %d: available = %v %v, want 0 remaining", i, res, err)
 		}

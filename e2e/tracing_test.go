@@ -58,7 +58,7 @@ func TestTracing(t *testing.T) {
 		// First the requests that must leave no span: once the spans of the
 		// later ones are out, theirs would be too.
 		{"getAvailable", false, func(e client.RequestEditorFn) (answer, error) {
-			return api.GetAvailableWithResponse(ctx, name, e)
+			return api.GetAvailableWithResponse(ctx, name, nil, e)
 		}, false, false},
 		{"getReadiness", true, func(e client.RequestEditorFn) (answer, error) {
 			return api.GetReadinessWithResponse(ctx, e)
@@ -73,7 +73,7 @@ func TestTracing(t *testing.T) {
 			return api.AcquireWithResponse(ctx, name, client.AcquireRequest{Permits: &one}, e)
 		}, true, true},
 		{"getAvailable", true, func(e client.RequestEditorFn) (answer, error) {
-			return api.GetAvailableWithResponse(ctx, name, e)
+			return api.GetAvailableWithResponse(ctx, name, nil, e)
 		}, true, false},
 		{"listLimiters", true, func(e client.RequestEditorFn) (answer, error) {
 			return api.ListLimitersWithResponse(ctx, nil, e)

@@ -137,7 +137,7 @@ func TestRedisBackendIsShared(t *testing.T) {
 			t.Errorf("batch result %d: got %+v, want allowed=%v remaining=%d", i, *d, want.allowed, want.remaining)
 		}
 	}
-	if av, err := a.GetAvailableWithResponse(ctx, "batched"); err != nil || av.JSON200 == nil || av.JSON200.Remaining != 1 {
+	if av, err := a.GetAvailableWithResponse(ctx, "batched", nil); err != nil || av.JSON200 == nil || av.JSON200.Remaining != 1 {
 		t.Errorf("available through a after the batch through b: %v %v, want 1", av, err)
 	}
 
@@ -386,7 +386,7 @@ func TestRedisRestartedEmptyKeepsDeclaredLimiters(t *testing.T) {
 		}
 	}
 	emptyRedis(t, addr)
-	av, err := c.GetAvailableWithResponse(t.Context(), "logged")
+	av, err := c.GetAvailableWithResponse(t.Context(), "logged", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

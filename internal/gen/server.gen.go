@@ -56,7 +56,10 @@ type ServerInterface interface {
 	Acquire(w http.ResponseWriter, r *http.Request, name LimiterName)
 	// GetAvailable Get available permits
 	// (GET /v1/limiters/{name}/available)
-	GetAvailable(w http.ResponseWriter, r *http.Request, name LimiterName)
+	GetAvailable(w http.ResponseWriter, r *http.Request, name LimiterName, params GetAvailableParams)
+	// ListLowestKeys List the keys closest to their limit
+	// (GET /v1/limiters/{name}/lowest)
+	ListLowestKeys(w http.ResponseWriter, r *http.Request, name LimiterName, params ListLowestKeysParams)
 	// Peek Check several limiters at once without taking anything
 	// (POST /v1/peek)
 	Peek(w http.ResponseWriter, r *http.Request)
@@ -164,7 +167,13 @@ func (_ Unimplemented) Acquire(w http.ResponseWriter, r *http.Request, name Limi
 
 // GetAvailable Get available permits
 // (GET /v1/limiters/{name}/available)
-func (_ Unimplemented) GetAvailable(w http.ResponseWriter, r *http.Request, name LimiterName) {
+func (_ Unimplemented) GetAvailable(w http.ResponseWriter, r *http.Request, name LimiterName, params GetAvailableParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListLowestKeys List the keys closest to their limit
+// (GET /v1/limiters/{name}/lowest)
+func (_ Unimplemented) ListLowestKeys(w http.ResponseWriter, r *http.Request, name LimiterName, params ListLowestKeysParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -548,8 +557,66 @@ func (siw *ServerInterfaceWrapper) GetAvailable(w http.ResponseWriter, r *http.R
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetAvailableParams
+
+	// ------------- Optional query parameter "key" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "key", r.URL.Query(), &params.Key, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "key"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.GetAvailable(w, r, name)
+		siw.Handler.GetAvailable(w, r, name, params)
+	}))
+
+	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
+		handler = siw.HandlerMiddlewares[i](handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListLowestKeys operation middleware
+func (siw *ServerInterfaceWrapper) ListLowestKeys(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name LimiterName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", chi.URLParam(r, "name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListLowestKeysParams
+
+	// ------------- Optional query parameter "k" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "k", r.URL.Query(), &params.K, runtime.BindQueryParameterOptions{Type: "integer", Format: "int32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "k"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "k", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListLowestKeys(w, r, name, params)
 	}))
 
 	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
@@ -962,6 +1029,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/limiters/{name}/available", wrapper.GetAvailable)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/limiters/{name}/lowest", wrapper.ListLowestKeys)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/acquire", wrapper.AcquireBatch)
 	})
 	r.Group(func(r chi.Router) {
@@ -1020,6 +1090,8 @@ type IdempotencyMismatchApplicationProblemPlusJSONResponse Problem
 type InternalErrorApplicationProblemPlusJSONResponse Problem
 
 type NotFoundApplicationProblemPlusJSONResponse Problem
+
+type NotImplementedApplicationProblemPlusJSONResponse Problem
 
 type NotReadyApplicationProblemPlusJSONResponse Problem
 
@@ -1934,6 +2006,22 @@ func (response PutLimiter500ApplicationProblemPlusJSONResponse) VisitPutLimiterR
 	return err
 }
 
+type PutLimiter501ApplicationProblemPlusJSONResponse struct {
+	NotImplementedApplicationProblemPlusJSONResponse
+}
+
+func (response PutLimiter501ApplicationProblemPlusJSONResponse) VisitPutLimiterResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(501)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PutLimiter503ApplicationProblemPlusJSONResponse struct {
 	UnavailableApplicationProblemPlusJSONResponse
 }
@@ -2084,7 +2172,8 @@ func (response Acquire503ApplicationProblemPlusJSONResponse) VisitAcquireRespons
 }
 
 type GetAvailableRequestObject struct {
-	Name LimiterName `json:"name"`
+	Name   LimiterName `json:"name"`
+	Params GetAvailableParams
 }
 
 type GetAvailableResponseObject interface {
@@ -2168,6 +2257,93 @@ type GetAvailable503ApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetAvailable503ApplicationProblemPlusJSONResponse) VisitGetAvailableResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLowestKeysRequestObject struct {
+	Name   LimiterName `json:"name"`
+	Params ListLowestKeysParams
+}
+
+type ListLowestKeysResponseObject interface {
+	VisitListLowestKeysResponse(w http.ResponseWriter) error
+}
+
+type ListLowestKeys200JSONResponse LowestKeys
+
+func (response ListLowestKeys200JSONResponse) VisitListLowestKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLowestKeys400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListLowestKeys400ApplicationProblemPlusJSONResponse) VisitListLowestKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLowestKeys404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListLowestKeys404ApplicationProblemPlusJSONResponse) VisitListLowestKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLowestKeys500ApplicationProblemPlusJSONResponse struct {
+	InternalErrorApplicationProblemPlusJSONResponse
+}
+
+func (response ListLowestKeys500ApplicationProblemPlusJSONResponse) VisitListLowestKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLowestKeys503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListLowestKeys503ApplicationProblemPlusJSONResponse) VisitListLowestKeysResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -3159,6 +3335,9 @@ type StrictServerInterface interface {
 	// GetAvailable Get available permits
 	// (GET /v1/limiters/{name}/available)
 	GetAvailable(ctx context.Context, request GetAvailableRequestObject) (GetAvailableResponseObject, error)
+	// ListLowestKeys List the keys closest to their limit
+	// (GET /v1/limiters/{name}/lowest)
+	ListLowestKeys(ctx context.Context, request ListLowestKeysRequestObject) (ListLowestKeysResponseObject, error)
 	// Peek Check several limiters at once without taking anything
 	// (POST /v1/peek)
 	Peek(ctx context.Context, request PeekRequestObject) (PeekResponseObject, error)
@@ -3568,10 +3747,11 @@ func (sh *strictHandler) Acquire(w http.ResponseWriter, r *http.Request, name Li
 }
 
 // GetAvailable operation middleware
-func (sh *strictHandler) GetAvailable(w http.ResponseWriter, r *http.Request, name LimiterName) {
+func (sh *strictHandler) GetAvailable(w http.ResponseWriter, r *http.Request, name LimiterName, params GetAvailableParams) {
 	var request GetAvailableRequestObject
 
 	request.Name = name
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.GetAvailable(ctx, request.(GetAvailableRequestObject))
@@ -3586,6 +3766,33 @@ func (sh *strictHandler) GetAvailable(w http.ResponseWriter, r *http.Request, na
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetAvailableResponseObject); ok {
 		if err := validResponse.VisitGetAvailableResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListLowestKeys operation middleware
+func (sh *strictHandler) ListLowestKeys(w http.ResponseWriter, r *http.Request, name LimiterName, params ListLowestKeysParams) {
+	var request ListLowestKeysRequestObject
+
+	request.Name = name
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListLowestKeys(ctx, request.(ListLowestKeysRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListLowestKeys")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListLowestKeysResponseObject); ok {
+		if err := validResponse.VisitListLowestKeysResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -40,6 +40,9 @@ func (e HealthStatus) Valid() bool {
 //
 // Example: {"permits":5}
 type AcquireRequest struct {
+	// Key The key whose bucket to take from; required for a keyed limiter, refused for one that is not.
+	Key *Key `json:"key,omitempty"`
+
 	// Permits How many permits to take, all or nothing. More than the limiter
 	// can ever hold is not an error: it is denied with
 	// `exceeds_capacity`.
@@ -61,6 +64,18 @@ type Algorithm string
 //
 // Example: {"limit":9,"remaining":4,"reset_after_ms":33334}
 type Availability struct {
+	// Key The key reported on; present only for a keyed limiter.
+	Key *Key `json:"key,omitempty"`
+
+	// KeysFull Present, and true, only for a key that a keyed limiter does not
+	// remember and has no room for (see `Decision.keys_full`):
+	// `remaining` is then 0, and `reset_after_ms` says when room can
+	// be made.
+	//
+	//
+	// Example: true
+	KeysFull *bool `json:"keys_full,omitempty"`
+
 	// Limit The policy's limit.
 	Limit Limit `json:"limit"`
 
@@ -192,6 +207,18 @@ type Decision struct {
 	// Example: false
 	ExceedsCapacity bool `json:"exceeds_capacity"`
 
+	// Key The key decided on; present only for a keyed limiter.
+	Key *Key `json:"key,omitempty"`
+
+	// KeysFull Present, and true, only on the denial of a key that a keyed
+	// limiter does not remember and has no room for: it holds
+	// `max_keys` keys, all limited. `remaining` is then 0, and
+	// `retry_after_ms` says when room can be made.
+	//
+	//
+	// Example: true
+	KeysFull *bool `json:"keys_full,omitempty"`
+
 	// Limit The policy's limit; 0 in a degraded decision, where it is unknown.
 	//
 	// Example: 9
@@ -299,6 +326,33 @@ type ItemCheck struct {
 	RetryAfterMs *Milliseconds `json:"retry_after_ms,omitempty"`
 }
 
+// Key A key of a keyed limiter: 1 to 128 bytes of UTF-8 without control
+// characters, otherwise opaque (a user id, an API key, a route).
+//
+// Example: user-42
+type Key = string
+
+// KeyEntry One key of a keyed limiter close to its limit.
+//
+// Example: {"key":"user-42","limit":100,"remaining":0,"reset_after_ms":60000}
+type KeyEntry struct {
+	// Key A key of a keyed limiter: 1 to 128 bytes of UTF-8 without control
+	// characters, otherwise opaque (a user id, an API key, a route).
+	//
+	//
+	// Example: user-42
+	Key Key `json:"key"`
+
+	// Limit The limiter's limit.
+	Limit Limit `json:"limit"`
+
+	// Remaining How many permits the key could take now.
+	Remaining Permits `json:"remaining"`
+
+	// ResetAfterMs Milliseconds until the key's bucket is full again if it acquires nothing meanwhile.
+	ResetAfterMs Milliseconds `json:"reset_after_ms"`
+}
+
 // Limit Permits per period.
 //
 // Example: 100
@@ -336,10 +390,18 @@ type Limiter struct {
 	// Example: checkout
 	Group *Group `json:"group,omitempty"`
 
+	// Keyed Present, and true, only for a keyed limiter.
+	//
+	// Example: true
+	Keyed *bool `json:"keyed,omitempty"`
+
 	// Limit Permits per period.
 	//
 	// Example: 100
 	Limit Limit `json:"limit"`
+
+	// MaxKeys The most keys a keyed limiter remembers at once; present only for a keyed limiter.
+	MaxKeys *MaxKeys `json:"max_keys,omitempty"`
 
 	// Name The limiter's name.
 	//
@@ -393,10 +455,16 @@ type LimiterSpec struct {
 	// Example: checkout
 	Group *Group `json:"group,omitempty"`
 
+	// Keyed One bucket per key under the policy (see `max_keys`).
+	Keyed *bool `json:"keyed,omitempty"`
+
 	// Limit Permits per period.
 	//
 	// Example: 100
 	Limit Limit `json:"limit"`
+
+	// MaxKeys For a keyed limiter only; 10,000 when left out.
+	MaxKeys *MaxKeys `json:"max_keys,omitempty"`
 
 	// Period The window the limit applies to, as a Go duration: a sequence of
 	// numbers with units `ns`, `us`, `ms`, `s`, `m` or `h`, such as `100s`,
@@ -406,6 +474,14 @@ type LimiterSpec struct {
 	//
 	// Example: 1m
 	Period Period `json:"period"`
+}
+
+// LowestKeys The keys of a keyed limiter closest to their limit.
+//
+// Example: {"items":[{"key":"user-42","limit":100,"remaining":0,"reset_after_ms":60000}]}
+type LowestKeys struct {
+	// Items Fewest permits left first; keys at full capacity are left out.
+	Items []KeyEntry `json:"items"`
 }
 
 // LowestTenants The tenants closest to their limit, and the policy they are limited by.
@@ -420,6 +496,17 @@ type LowestTenants struct {
 	// Example: {"algorithm":"gcra","burst":100,"limit":100,"period":"1m0s"}
 	Policy Policy `json:"policy"`
 }
+
+// MaxKeys The most keys a keyed limiter remembers at once. A key not yet
+// remembered that takes permits while the limiter holds `max_keys`
+// gets room without ever freeing a key that is limited: a key whose
+// bucket is full again is dropped; otherwise the key with the most
+// permits left is evicted, if it has one left (it starts again from a
+// full bucket); otherwise the newcomer is denied with `keys_full`
+// until one regains a permit.
+//
+// Example: 50000
+type MaxKeys = int32
 
 // Milliseconds A duration in whole milliseconds, rounded up.
 //
@@ -739,6 +826,11 @@ type InternalError = Problem
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type NotFound = Problem
 
+// NotImplemented An RFC 9457 problem detail.
+//
+// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+type NotImplemented = Problem
+
 // NotReady An RFC 9457 problem detail.
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
@@ -817,6 +909,20 @@ type ListLimitersParams struct {
 	PageToken *PageToken `form:"page_token,omitempty" json:"page_token,omitempty"`
 }
 
+// GetAvailableParams defines parameters for GetAvailable.
+type GetAvailableParams struct {
+	// Key The key of a keyed limiter whose bucket to report on: 1 to 128
+	// bytes of UTF-8 without control characters. Required for a keyed
+	// limiter, refused for one that is not.
+	Key *Key `form:"key,omitempty" json:"key,omitempty"`
+}
+
+// ListLowestKeysParams defines parameters for ListLowestKeys.
+type ListLowestKeysParams struct {
+	// K The most tenants (or keys) to return.
+	K *LowestK `form:"k,omitempty" json:"k,omitempty"`
+}
+
 // RefundParams defines parameters for Refund.
 type RefundParams struct {
 	// IdempotencyKey Makes the request safe to retry. The first request with a key is
@@ -861,7 +967,7 @@ type SettleReservationParams struct {
 
 // ListLowestTenantsParams defines parameters for ListLowestTenants.
 type ListLowestTenantsParams struct {
-	// K The most tenants to return.
+	// K The most tenants (or keys) to return.
 	K *LowestK `form:"k,omitempty" json:"k,omitempty"`
 }
 

@@ -221,7 +221,7 @@ func TestRateLimitHeaders(t *testing.T) {
 				(sdk.RetryAfter == nil) != (tc.retryAfter == "") || sdk.RetryAfter != nil && fmt.Sprint(*sdk.RetryAfter) != tc.retryAfter {
 				t.Errorf("SDK headers: got %+v, want %s / %s / %q", sdk, tc.policy, tc.rateLimit, tc.retryAfter)
 			}
-			av, err := e.c.GetAvailableWithResponse(ctx, tc.limiter)
+			av, err := e.c.GetAvailableWithResponse(ctx, tc.limiter, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -116,7 +116,7 @@ func TestDegradedDecisions(t *testing.T) {
 			}
 
 			for range 5 {
-				av, err := e.c.GetAvailableWithResponse(ctx, "api")
+				av, err := e.c.GetAvailableWithResponse(ctx, "api", nil)
 				if err != nil {
 					t.Fatal(err)
 				}

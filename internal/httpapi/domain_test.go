@@ -41,6 +41,17 @@ func (f fakeLimiters) AcquireBatch(_ context.Context, reqs []limiter.Request, ou
 func (f fakeLimiters) Available(context.Context, string) (limiter.Availability, error) {
 	return limiter.Availability{}, nil
 }
+func (f fakeLimiters) AcquireKey(_ context.Context, name, _ string, permits int64) (limiter.KeyDecision, error) {
+	d, err := f.acquire(name, permits)
+	return limiter.KeyDecision{Decision: d}, err
+}
+func (f fakeLimiters) AvailableKey(context.Context, string, string) (limiter.KeyAvailability, error) {
+	return limiter.KeyAvailability{}, nil
+}
+func (f fakeLimiters) Lowest(_ context.Context, name string, _ int) ([]limiter.KeyEntry, error) {
+	_, err := f.acquire(name, 1)
+	return nil, err
+}
 func (f fakeLimiters) Reserve(_ context.Context, items []limiter.Item, _ time.Duration, _ string) (limiter.Verdict, error) {
 	_, err := f.acquire(items[0].Name, items[0].Permits)
 	return limiter.Verdict{}, err

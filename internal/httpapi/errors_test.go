@@ -241,7 +241,7 @@ func TestNotFound(t *testing.T) {
 	if p := res.ApplicationProblemJSON404; p == nil || p.Detail == nil || !strings.Contains(*p.Detail, `"missing"`) {
 		t.Fatalf("acquire from an unknown limiter: got %d %s, want 404 naming it", res.StatusCode(), res.Body)
 	}
-	av, err := e.c.GetAvailableWithResponse(ctx, "missing")
+	av, err := e.c.GetAvailableWithResponse(ctx, "missing", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

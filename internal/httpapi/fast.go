@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -51,7 +52,7 @@ func validateFast(op *operation, r *http.Request, b *body) (*http.Request, *prob
 	if b == nil {
 		return r, nil
 	}
-	permits, p := checkAcquire(b.buf)
+	permits, key, p := checkAcquire(b.buf)
 	if p != nil {
 		return r, p
 	}
@@ -60,6 +61,9 @@ func validateFast(op *operation, r *http.Request, b *body) (*http.Request, *prob
 	clear(b.value)
 	if permits != 0 {
 		b.value["permits"] = permits
+	}
+	if key != nil {
+		b.value["key"] = *key
 	}
 	r.Body = checkedBody{b}
 	return r, nil
@@ -111,15 +115,26 @@ func checkIP(ip string) string {
 }
 
 // checkAcquire checks an AcquireRequest body, which is valid JSON: an
-// object whose only member is "permits", an integer from 1 to
-// limiter.MaxLimit. It returns the permits, 0 when left out.
-func checkAcquire(data []byte) (int64, *problem) {
+// object whose members are "permits", an integer from 1 to
+// limiter.MaxLimit, and "key", a string by the Key schema's rule (see
+// checkKey). It returns the permits, 0 when left out, and the key, nil
+// when left out.
+func checkAcquire(data []byte) (int64, *string, *problem) {
 	var p *problem
 	var permits int64
-	isObject := members(data, func(key, value []byte) bool {
+	var key *string
+	isObject := members(data, func(name, value []byte) bool {
 		switch {
-		case string(key) != "permits":
-			p = invalid("body."+string(key), "is not a known field")
+		case string(name) == "key" && key != nil:
+			p = invalid("body.key", "appears more than once")
+		case string(name) == "key":
+			k, msg := checkKey(value)
+			if msg != "" {
+				p = invalid("body.key", msg)
+			}
+			key = &k
+		case string(name) != "permits":
+			p = invalid("body."+string(name), "is not a known field")
 		case permits != 0:
 			p = invalid("body.permits", "appears more than once")
 		default:
@@ -131,9 +146,40 @@ func checkAcquire(data []byte) (int64, *problem) {
 		return p == nil
 	})
 	if !isObject {
-		return 0, invalid("body", "must be an object")
+		return 0, nil, invalid("body", "must be an object")
 	}
-	return permits, p
+	return permits, key, p
+}
+
+// keyPattern is the pattern of the Key schema.
+const keyPattern = `^[^\x00-\x1f\x7f-\x9f]+$`
+
+// checkKey reads the JSON value of a key, or tells what is wrong with it by
+// the Key schema: a string of 1 to 128 characters, none of them a control
+// character. Its length in bytes is the domain's to check
+// (limiter.CheckKey).
+func checkKey(v []byte) (string, string) {
+	if v[0] != '"' {
+		return "", "must be a string"
+	}
+	var k string
+	if bytes.IndexByte(v, '\\') < 0 {
+		k = string(v[1 : len(v)-1])
+	} else if json.Unmarshal(v, &k) != nil {
+		return "", "must be a string" // cannot happen: v is valid JSON
+	}
+	switch n := utf8.RuneCountInString(k); {
+	case n == 0:
+		return "", "must be at least 1 character long"
+	case n > limiter.MaxKeyLen:
+		return "", fmt.Sprintf("must be at most %d characters long", limiter.MaxKeyLen)
+	}
+	for _, r := range k {
+		if r < 0x20 || 0x7f <= r && r <= 0x9f {
+			return "", "must match the pattern " + keyPattern
+		}
+	}
+	return k, ""
 }
 
 // checkPermits reads the JSON value of permits, or tells what is wrong

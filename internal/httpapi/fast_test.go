@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ratelimiter/ratelimiter/client"
 )
@@ -54,6 +55,9 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 		`{}`, ` { } `, "{\n\t\"permits\" :\r 7 }", `{"perm\u0069ts":2}`, `{"permits\u0000":2}`, `{"":1}`,
 		`{"permits":1,"":1}`, `{"x":{"permits":1}}`, `{"x":[1,"}"],"permits":1}`, `{"permits":2,"Permits":2}`,
 		`"permits"`, `true`, `[]`, `0`,
+		`{"key":"user-1"}`, `{"key":"user-1","permits":2}`, `{"key":""}`, `{"key":1}`, `{"key":null}`, `{"key":"a\u0007"}`,
+		`{"key":"\u00e9"}`, `{"key":"` + strings.Repeat("k", 128) + `"}`, `{"key":"` + strings.Repeat("k", 129) + `"}`,
+		`{"key":"` + strings.Repeat("é", 100) + `"}`, `{"key":"a","key":"a"}`,
 	} {
 		reqs = append(reqs, request{http.MethodPost, "/v1/limiters/seed/acquire", body})
 	}
@@ -151,9 +155,18 @@ func acquireModel(data []byte) bool {
 	if err != nil || tok != json.Delim('{') {
 		return false
 	}
-	seen := false
+	seen, seenKey := false, false
 	for dec.More() {
 		key, _ := dec.Token()
+		if key == "key" && !seenKey {
+			seenKey = true
+			v, err := dec.Token()
+			k, ok := v.(string)
+			if err != nil || !ok || k == "" || utf8.RuneCountInString(k) > 128 || strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || 0x7f <= r && r <= 0x9f }) {
+				return false
+			}
+			continue
+		}
 		if key != "permits" || seen {
 			return false
 		}
@@ -172,14 +185,14 @@ func acquireModel(data []byte) bool {
 }
 
 func FuzzCheckAcquire(f *testing.F) {
-	for _, s := range []string{`{}`, `{"permits":1}`, `{"permits":1e3}`, `{"perm\u0069ts":2}`, `{"permits":1,"permits":1}`, `[]`, `{"a":{"b":[1,{"c":"}"}]}}`, `{"permits":-0}`} {
+	for _, s := range []string{`{}`, `{"permits":1}`, `{"key":"user-1","permits":2}`, `{"key":""}`, `{"key":"a\u0007"}`, `{"key":"a","key":"b"}`, `{"permits":1e3}`, `{"perm\u0069ts":2}`, `{"permits":1,"permits":1}`, `[]`, `{"a":{"b":[1,{"c":"}"}]}}`, `{"permits":-0}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if !json.Valid(data) {
 			return
 		}
-		_, p := checkAcquire(data)
+		_, _, p := checkAcquire(data)
 		got := p == nil
 		if want := acquireModel(data); got != want {
 			t.Errorf("checkAcquire(%s): accepted %v, want %v", data, got, want)

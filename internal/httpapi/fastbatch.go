@@ -225,7 +225,7 @@ func (a *batchAnswer) VisitAcquireBatchResponse(w http.ResponseWriter) error {
 		p := a.problems[i]
 		if p == nil {
 			b = append(b, `"decision":`...)
-			b = appendDecision(b, r.Decision)
+			b = appendDecision(b, r.Decision, false, "", false)
 			b = append(b, ',')
 		}
 		b = append(b, `"limiter":`...)

@@ -101,7 +101,7 @@ func (e *env) put(name string, spec client.LimiterSpec) {
 // available returns what the named limiter could grant now.
 func (e *env) available(name string) int64 {
 	e.t.Helper()
-	res, err := e.c.GetAvailableWithResponse(context.Background(), name)
+	res, err := e.c.GetAvailableWithResponse(context.Background(), name, nil)
 	if err != nil {
 		e.t.Fatalf("available %s: %v", name, err)
 	}

@@ -56,6 +56,11 @@ type Limiters interface {
 	// limiter.Service.AcquireBatch.
 	AcquireBatch(ctx context.Context, reqs []limiter.Request, out []limiter.Result) error
 	Available(ctx context.Context, name string) (limiter.Availability, error)
+	// AcquireKey, AvailableKey and Lowest decide on and list the keys of
+	// keyed limiters; see limiter.Service.
+	AcquireKey(ctx context.Context, name, key string, permits int64) (limiter.KeyDecision, error)
+	AvailableKey(ctx context.Context, name, key string) (limiter.KeyAvailability, error)
+	Lowest(ctx context.Context, name string, k int) ([]limiter.KeyEntry, error)
 	// Decide decides items together, all or nothing; see
 	// limiter.Service.Decide.
 	Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error)

@@ -32,12 +32,21 @@ func (s *server) PutLimiter(ctx context.Context, req gen.PutLimiterRequestObject
 	if spec.Group != nil {
 		def.Group = *spec.Group
 	}
+	if spec.Keyed != nil {
+		def.Keyed = *spec.Keyed
+	}
+	if spec.MaxKeys != nil {
+		def.MaxKeys = int(*spec.MaxKeys)
+	}
 	created, err := s.limiters.Put(ctx, def)
 	s.policies.forget(req.Name)
 	if err != nil {
 		return nil, err
 	}
 	def.Policy = def.Policy.Normalize()
+	if def.Keyed && def.MaxKeys == 0 {
+		def.MaxKeys = limiter.DefaultMaxKeys
+	}
 	if created {
 		return gen.PutLimiter201JSONResponse{
 			Body:    limiterOf(def),
@@ -104,6 +113,9 @@ func (s *server) ListLimiters(ctx context.Context, req gen.ListLimitersRequestOb
 
 // Acquire takes permits from a limiter.
 func (s *server) Acquire(ctx context.Context, req gen.AcquireRequestObject) (gen.AcquireResponseObject, error) {
+	if req.Body != nil && req.Body.Key != nil {
+		return s.acquireKey(ctx, req.Name, *req.Body.Key, permitsOf(req.Body))
+	}
 	d, err := s.limiters.Acquire(ctx, req.Name, permitsOf(req.Body))
 	if err != nil {
 		return nil, err
@@ -122,6 +134,9 @@ func (s *server) Acquire(ctx context.Context, req gen.AcquireRequestObject) (gen
 
 // GetAvailable reports what a limiter could grant now.
 func (s *server) GetAvailable(ctx context.Context, req gen.GetAvailableRequestObject) (gen.GetAvailableResponseObject, error) {
+	if req.Params.Key != nil {
+		return s.availableKey(ctx, req.Name, *req.Params.Key)
+	}
 	a, err := s.limiters.Available(ctx, req.Name)
 	if err != nil {
 		return nil, err
@@ -148,6 +163,10 @@ func limiterOf(def limiter.Definition) gen.Limiter {
 	if def.Group != "" {
 		g := def.Group
 		l.Group = &g
+	}
+	if def.Keyed {
+		keyed, maxKeys := true, int32(def.MaxKeys)
+		l.Keyed, l.MaxKeys = &keyed, &maxKeys
 	}
 	return l
 }

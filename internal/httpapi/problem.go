@@ -111,6 +111,18 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 	case errors.Is(err, limiter.ErrGroupConflict):
 		return &problem{status: http.StatusConflict, detail: fmt.Sprintf("Limiter %q was not changed: %s.", pathParam(r, "name"),
 			strings.TrimPrefix(reason(err, limiter.ErrGroupConflict), limiter.ErrGroupConflict.Error()+": "))}
+	case errors.Is(err, limiter.ErrTooManyKeys):
+		return &problem{status: http.StatusConflict, detail: fmt.Sprintf("Limiter %q was not changed: %s.", pathParam(r, "name"),
+			strings.TrimPrefix(reason(err, limiter.ErrTooManyKeys), limiter.ErrTooManyKeys.Error()+": "))}
+	case errors.Is(err, limiter.ErrUnsupported):
+		return &problem{status: http.StatusNotImplemented, detail: fmt.Sprintf("Limiter %q was not created: %s.", pathParam(r, "name"),
+			strings.TrimPrefix(reason(err, limiter.ErrUnsupported), limiter.ErrUnsupported.Error()+": "))}
+	case errors.Is(err, limiter.ErrInvalidKey):
+		return rejected(keyLocation(r), reason(err, limiter.ErrInvalidKey))
+	case errors.Is(err, limiter.ErrKeyMismatch):
+		return rejected(keyLocation(r), strings.TrimPrefix(reason(err, limiter.ErrKeyMismatch), limiter.ErrKeyMismatch.Error()+": "))
+	case errors.Is(err, limiter.ErrInvalidK):
+		return rejected("query.k", reason(err, limiter.ErrInvalidK))
 	case errors.Is(err, limiter.ErrInvalidGroup):
 		return rejected("body.group", reason(err, limiter.ErrInvalidGroup))
 	case errors.Is(err, limiter.ErrInvalidName):
@@ -146,6 +158,15 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		return &problem{status: http.StatusInternalServerError, detail: "internal error"}
 	}
+}
+
+// keyLocation is where a request names the key of a keyed limiter: in the
+// query of a GET (or HEAD), in the body otherwise.
+func keyLocation(r *http.Request) string {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return "query.key"
+	}
+	return "body.key"
 }
 
 // reason is the part of a domain error meant for the caller: the text from

@@ -39,6 +39,9 @@ var contentTypeJSON = []string{"application/json"}
 type decisionAnswer struct {
 	tenant    string
 	isTenant  bool
+	key       string // of a keyed limiter, when isKeyed
+	isKeyed   bool
+	keysFull  bool
 	d         limiter.Decision
 	policy    string // RateLimit-Policy
 	rateLimit string // RateLimit
@@ -51,7 +54,7 @@ func (a *decisionAnswer) write(w http.ResponseWriter) error {
 	d := a.d
 	buf := buffers.Get().(*[]byte)
 	defer buffers.Put(buf)
-	b := appendDecision((*buf)[:0], d)
+	b := appendDecision((*buf)[:0], d, a.isKeyed, a.key, a.keysFull)
 	b = b[:len(b)-1] // writeAnswer ends the object
 	retryHeader := ""
 	if retries(d) {
@@ -61,8 +64,8 @@ func (a *decisionAnswer) write(w http.ResponseWriter) error {
 }
 
 // appendDecision appends the Decision object of d, as the generated code
-// writes it.
-func appendDecision(b []byte, d limiter.Decision) []byte {
+// writes it, with the key of a keyed limiter when keyed.
+func appendDecision(b []byte, d limiter.Decision, keyed bool, key string, keysFull bool) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
 	if d.Degraded {
@@ -70,6 +73,7 @@ func appendDecision(b []byte, d limiter.Decision) []byte {
 	}
 	b = append(b, `,"exceeds_capacity":`...)
 	b = strconv.AppendBool(b, d.ExceedsCapacity)
+	b = appendKey(b, keyed, key, keysFull)
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendInt(b, d.Limit, 10)
 	b = append(b, `,"permits":`...)
@@ -85,6 +89,24 @@ func appendDecision(b []byte, d limiter.Decision) []byte {
 	return append(b, '}')
 }
 
+// appendKey appends, when keyed, the key and keys_full members that follow
+// "exceeds_capacity" in a Decision and lead an Availability, in the
+// generated code's order, each after a comma.
+func appendKey(b []byte, keyed bool, key string, keysFull bool) []byte {
+	if !keyed {
+		return b
+	}
+	if b[len(b)-1] != '{' {
+		b = append(b, ',')
+	}
+	b = append(b, `"key":`...)
+	b = appendJSONString(b, key)
+	if keysFull {
+		b = append(b, `,"keys_full":true`...)
+	}
+	return b
+}
+
 // retries reports whether d is a denial that waiting can turn into a grant.
 func retries(d limiter.Decision) bool {
 	return !d.Allowed && !d.ExceedsCapacity && d.RetryAfter > 0
@@ -95,6 +117,9 @@ func retries(d limiter.Decision) bool {
 type availabilityAnswer struct {
 	tenant    string
 	isTenant  bool
+	key       string // of a keyed limiter, when isKeyed
+	isKeyed   bool
+	keysFull  bool
 	a         limiter.Availability
 	policy    string
 	rateLimit string
@@ -111,7 +136,11 @@ func (a *availabilityAnswer) VisitGetTenantAvailableResponse(w http.ResponseWrit
 func (a *availabilityAnswer) write(w http.ResponseWriter) error {
 	buf := buffers.Get().(*[]byte)
 	defer buffers.Put(buf)
-	b := append((*buf)[:0], `{"limit":`...)
+	b := appendKey(append((*buf)[:0], '{'), a.isKeyed, a.key, a.keysFull)
+	if a.isKeyed {
+		b = append(b, ',')
+	}
+	b = append(b, `"limit":`...)
 	b = strconv.AppendInt(b, a.a.Limit, 10)
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendInt(b, a.a.Remaining, 10)

@@ -114,5 +114,38 @@ func TestHandWrittenAnswersMatchGenerated(t *testing.T) {
 			t.Fatal(err)
 		}
 		same(t, "getTenantAvailable", got, want)
+
+		// A keyed limiter's answers carry the key, and keys_full when set.
+		key, full := tenants[(i+1)%len(tenants)], i%2 == 0
+		kb := body
+		kb.Key = &key
+		if full {
+			kb.KeysFull = &full
+		}
+		want, got = httptest.NewRecorder(), httptest.NewRecorder()
+		if err := (gen.Acquire200JSONResponse{Body: kb, Headers: h}).VisitAcquireResponse(want); err != nil {
+			t.Fatal(err)
+		}
+		if err := (&decisionAnswer{d: d, key: key, isKeyed: true, keysFull: full, policy: policy, rateLimit: rateLimit}).VisitAcquireResponse(got); err != nil {
+			t.Fatal(err)
+		}
+		same(t, "acquire with a key", got, want)
+
+		ka := gen.Availability{Key: &key, Remaining: a.Remaining, Limit: a.Limit, ResetAfterMs: millis(a.ResetAfter)}
+		if full {
+			ka.KeysFull = &full
+		}
+		want, got = httptest.NewRecorder(), httptest.NewRecorder()
+		err = (gen.GetAvailable200JSONResponse{
+			Body:    ka,
+			Headers: gen.GetAvailable200ResponseHeaders{RateLimitPolicy: policy, RateLimit: rateLimit},
+		}).VisitGetAvailableResponse(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (&availabilityAnswer{a: a, key: key, isKeyed: true, keysFull: full, policy: policy, rateLimit: rateLimit}).VisitGetAvailableResponse(got); err != nil {
+			t.Fatal(err)
+		}
+		same(t, "getAvailable with a key", got, want)
 	}
 }

@@ -132,7 +132,7 @@ func TestTracing(t *testing.T) {
 
 	// Without a caller's context the server span is a root.
 	exp.Reset()
-	if _, err := e.c.GetAvailableWithResponse(ctx, "traced"); err != nil {
+	if _, err := e.c.GetAvailableWithResponse(ctx, "traced", nil); err != nil {
 		t.Fatal(err)
 	}
 	if root := spanNamed(t, exp, "getAvailable"); root.Parent.IsValid() {

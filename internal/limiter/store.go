@@ -18,6 +18,24 @@ type Definition struct {
 	// only limiters that are decided together. A limiter's group is fixed
 	// when it is created (see ErrGroupConflict).
 	Group string
+	// Keyed makes the limiter hold one bucket per key, all under Policy:
+	// per user, per API key, per route. A key's bucket is made on its first
+	// acquisition and forgotten once it is full again, since a full bucket
+	// is indistinguishable from one never used. Keyed limiters are decided
+	// with a key (Service.AcquireKey, AvailableKey) and list the keys
+	// closest to their limit (Service.Lowest).
+	Keyed bool
+	// MaxKeys bounds the keys a keyed limiter remembers at once, from 1 to
+	// MaxMaxKeys; 0 means DefaultMaxKeys. It must be 0 when Keyed is false.
+	// A key not yet remembered that takes permits while the limiter holds
+	// MaxKeys keys gets room without ever freeing a key that is limited:
+	// a key whose bucket is full again is dropped, otherwise the key with
+	// the most permits left is evicted if it has one left (it starts again
+	// from a full bucket, forgiven at most what it had not used),
+	// otherwise the newcomer is denied (KeyDecision.KeysFull) until one
+	// regains a permit. A store also bounds the sum of MaxKeys over its
+	// keyed limiters (see ErrTooManyKeys).
+	MaxKeys int
 }
 
 // Store keeps named limiters and decides acquisitions against them. Each
@@ -45,6 +63,16 @@ type Store interface {
 	Acquire(ctx context.Context, name string, permits int64) (Decision, error)
 	// Available reports what the limiter could grant now.
 	Available(ctx context.Context, name string) (Availability, error)
+	// AcquireKey takes permits from key's bucket of a keyed limiter, all
+	// or nothing, and AvailableKey reports what that bucket could grant
+	// now; Lowest lists up to k keys of a keyed limiter, fewest permits
+	// left first. On a limiter that is not keyed they fail with an error
+	// wrapping ErrKeyMismatch, as Acquire and Available do on one that is
+	// (and Decide, which takes no keys yet). A store that keeps no keyed
+	// limiters refuses their Put with an error wrapping ErrUnsupported.
+	AcquireKey(ctx context.Context, name, key string, permits int64) (KeyDecision, error)
+	AvailableKey(ctx context.Context, name, key string) (KeyAvailability, error)
+	Lowest(ctx context.Context, name string, k int) ([]KeyEntry, error)
 	// Decide decides valid items (CheckItems) together, all or nothing,
 	// at one instant, as Service.Decide describes: it refuses limiters
 	// of different groups (CheckGroups) and unknown ones (*MissingError),

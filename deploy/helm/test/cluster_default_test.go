@@ -87,7 +87,7 @@ func TestClusterDefault(t *testing.T) {
 	if acq.JSON200 == nil || acq.JSON200.Allowed {
 		t.Fatalf("acquire 3 more: %s", acq.Body)
 	}
-	avail, err := api.GetAvailableWithResponse(ctx, "upstream")
+	avail, err := api.GetAvailableWithResponse(ctx, "upstream", nil)
 	if err != nil {
 		t.Fatalf("available after a denial: %v", err)
 	}

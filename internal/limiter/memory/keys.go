@@ -57,20 +57,13 @@ type Keys struct {
 // paths (acquire, available).
 type table interface {
 	// lowest returns up to k keys, fewest permits left first.
-	lowest(ctx context.Context, now int64, k int) ([]KeyEntry, error)
+	lowest(ctx context.Context, now int64, k int) ([]limiter.KeyEntry, error)
 	stats() KeyStats
 	// live counts the keys held, shard by shard; at rest it equals
 	// stats().Keys.
 	live() int
 	// check verifies the table's invariants from scratch (see Keys.Check).
 	check() error
-}
-
-// KeyEntry is one key in a Lowest answer, as seen at the instant of the
-// call.
-type KeyEntry struct {
-	Key string
-	limiter.Availability
 }
 
 // KeyStats counts what a Keys holds, for gauges.
@@ -149,7 +142,7 @@ func (k *Keys) Available(key string, now int64) (av limiter.Availability, full b
 //
 // The answer is not one atomic snapshot: each shard is read under its own
 // lock, all at the same instant.
-func (k *Keys) Lowest(ctx context.Context, now int64, n int) ([]KeyEntry, error) {
+func (k *Keys) Lowest(ctx context.Context, now int64, n int) ([]limiter.KeyEntry, error) {
 	return k.table.lowest(ctx, now, n)
 }
 

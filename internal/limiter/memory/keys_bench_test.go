@@ -141,7 +141,7 @@ func populatedKeys(shape string, n int) *Keys {
 
 // scanLowest answers Lowest without the index: it computes every key's
 // remaining permits and keeps the k lowest in a bounded heap.
-func scanLowest(ks *Keys, now int64, k int) []KeyEntry {
+func scanLowest(ks *Keys, now int64, k int) []limiter.KeyEntry {
 	st := ks.gcra
 	type row struct {
 		av limiter.Availability
@@ -166,9 +166,9 @@ func scanLowest(ks *Keys, now int64, k int) []KeyEntry {
 		s.mu.Unlock()
 	}
 	rows := top.sorted()
-	es := make([]KeyEntry, len(rows))
+	es := make([]limiter.KeyEntry, len(rows))
 	for i, x := range rows {
-		es[i] = KeyEntry{Key: string(x.r.key), Availability: x.av}
+		es[i] = limiter.KeyEntry{Key: string(x.r.key), Availability: x.av}
 	}
 	return es
 }

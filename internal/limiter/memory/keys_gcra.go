@@ -458,7 +458,7 @@ func ranksBefore(a, b gcraRanked) bool {
 	return bytes.Compare(a.key, b.key) < 0
 }
 
-func (st *gcraTable) lowest(_ context.Context, now int64, k int) ([]KeyEntry, error) {
+func (st *gcraTable) lowest(_ context.Context, now int64, k int) ([]limiter.KeyEntry, error) {
 	// Visit shards latest bound first, so that the k-th best rises quickly
 	// and prunes the other shards at their root: pop them from a max-heap.
 	var roots rootHeap
@@ -493,9 +493,9 @@ func (st *gcraTable) lowest(_ context.Context, now int64, k int) ([]KeyEntry, er
 	}
 	top := c.top
 	best := top.sorted()
-	out := make([]KeyEntry, len(best))
+	out := make([]limiter.KeyEntry, len(best))
 	for i, b := range best {
-		out[i] = KeyEntry{Key: string(b.key), Availability: st.rate.Available(b.tat, now)}
+		out[i] = limiter.KeyEntry{Key: string(b.key), Availability: st.rate.Available(b.tat, now)}
 	}
 	return out, nil
 }

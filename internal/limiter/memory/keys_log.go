@@ -259,7 +259,7 @@ func logRanksBefore(a, b logRanked) bool {
 	return a.key < b.key
 }
 
-func (st *logTable) lowest(ctx context.Context, now int64, k int) ([]KeyEntry, error) {
+func (st *logTable) lowest(ctx context.Context, now int64, k int) ([]limiter.KeyEntry, error) {
 	top := newTopK(k, logRanksBefore)
 	for i := range st.shards {
 		if err := ctx.Err(); err != nil {
@@ -277,9 +277,9 @@ func (st *logTable) lowest(ctx context.Context, now int64, k int) ([]KeyEntry, e
 		s.mu.Unlock()
 	}
 	best := top.sorted()
-	out := make([]KeyEntry, len(best))
+	out := make([]limiter.KeyEntry, len(best))
 	for i, b := range best {
-		out[i] = KeyEntry{Key: b.key, Availability: limiter.Availability{Remaining: b.remaining, Limit: st.limit, ResetAfter: b.resetAfter}}
+		out[i] = limiter.KeyEntry{Key: b.key, Availability: limiter.Availability{Remaining: b.remaining, Limit: st.limit, ResetAfter: b.resetAfter}}
 	}
 	return out, nil
 }

@@ -25,6 +25,7 @@ type Store struct {
 	max   int
 
 	mu    sync.RWMutex
+	keys  int // the sum of MaxKeys over the keyed limiters; see limiter.KeyBudget
 	byKey map[string]entry
 	names btree.Set[string] // the keys of byKey, in order, for List
 	peak  int               // most entries byKey held since it was made; see shrink
@@ -32,10 +33,17 @@ type Store struct {
 	rsv   *reservations
 }
 
-// entry is one limiter and its group.
+// entry is one limiter and its definition. A keyed limiter's state is
+// keys; l then only holds its policy.
 type entry struct {
-	l     *limiter.Limiter
-	group string
+	l       *limiter.Limiter
+	group   string
+	keys    *Keys
+	maxKeys int
+}
+
+func (e entry) definition(name string) limiter.Definition {
+	return limiter.Definition{Name: name, Policy: e.l.Policy(), Group: e.group, Keyed: e.keys != nil, MaxKeys: e.maxKeys}
 }
 
 // New returns an empty Store that decides at the instants clock tells
@@ -52,34 +60,58 @@ func New(clock *limiter.Clock, maxLimiters int) *Store {
 	return &Store{clock: clock, max: maxLimiters, byKey: make(map[string]entry), once: newOnceTable(), rsv: newReservations()}
 }
 
-// Put creates or replaces a limiter. An identical policy keeps the state.
-// Creating one more than the store's maximum fails with an error wrapping
-// limiter.ErrTooManyLimiters; replacing one never does. Replacing one with
-// another group fails with an error wrapping limiter.ErrGroupConflict.
+// Put creates or replaces a limiter. An identical definition keeps the
+// state. Creating one more than the store's maximum fails with an error
+// wrapping limiter.ErrTooManyLimiters, and a keyed one whose MaxKeys would
+// take the keyed limiters past limiter.KeyBudget with one wrapping
+// limiter.ErrTooManyKeys; replacing one with the same MaxKeys or fewer
+// never does. Replacing one with another group fails with an error wrapping
+// limiter.ErrGroupConflict.
 func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 	l, err := limiter.New(def.Policy)
 	if err != nil {
 		return false, err
 	}
+	if err := limiter.CheckKeyed(def); err != nil {
+		return false, err
+	}
+	if def.Keyed && def.MaxKeys == 0 {
+		def.MaxKeys = limiter.DefaultMaxKeys
+	}
+	e := entry{l: l, group: def.Group, maxKeys: def.MaxKeys}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.byKey[def.Name]
-	if ok {
-		if old.group != def.Group {
-			return false, limiter.GroupConflict(old.group, def.Group)
-		}
-		if old.l.Policy() != l.Policy() {
-			s.byKey[def.Name] = entry{l, def.Group}
-		}
-		return false, nil
+	if ok && old.group != def.Group {
+		return false, limiter.GroupConflict(old.group, def.Group)
 	}
-	if len(s.byKey) >= s.max {
+	if !ok && len(s.byKey) >= s.max {
 		return false, fmt.Errorf("%w: the maximum is %d", limiter.ErrTooManyLimiters, s.max)
 	}
-	s.byKey[def.Name] = entry{l, def.Group}
+	if keys := s.keys - old.maxKeys + e.maxKeys; e.maxKeys > old.maxKeys && keys > limiter.KeyBudget {
+		return false, fmt.Errorf("%w: %d keys would take the keyed limiters to %d, beyond their budget of %d; lower max_keys, or delete a keyed limiter", limiter.ErrTooManyKeys, e.maxKeys, keys, limiter.KeyBudget)
+	}
+	if ok && old.definition(def.Name) == e.definitionAs(def.Name, def.Keyed) {
+		return false, nil // an identical definition keeps the state
+	}
+	if def.Keyed {
+		e.keys = NewKeys(l.Policy(), def.MaxKeys)
+	}
+	s.keys += e.maxKeys - old.maxKeys
+	s.byKey[def.Name] = e
+	if ok {
+		return false, nil
+	}
 	s.peak = max(s.peak, len(s.byKey))
 	s.names.Insert(def.Name)
 	return true, nil
+}
+
+// definitionAs is e's definition, keyed or not, before its Keys is made.
+func (e entry) definitionAs(name string, keyed bool) limiter.Definition {
+	d := e.definition(name)
+	d.Keyed = keyed
+	return d
 }
 
 // Get returns a limiter's definition.
@@ -88,7 +120,7 @@ func (s *Store) Get(_ context.Context, name string) (limiter.Definition, error) 
 	if err != nil {
 		return limiter.Definition{}, err
 	}
-	return limiter.Definition{Name: name, Policy: e.l.Policy(), Group: e.group}, nil
+	return e.definition(name), nil
 }
 
 // List returns up to max definitions after `after`, in name order; none
@@ -105,7 +137,7 @@ func (s *Store) List(_ context.Context, after string, max int) ([]limiter.Defini
 			return true
 		}
 		e := s.byKey[name]
-		defs = append(defs, limiter.Definition{Name: name, Policy: e.l.Policy(), Group: e.group})
+		defs = append(defs, e.definition(name))
 		return len(defs) < max
 	})
 	return defs, nil
@@ -115,9 +147,11 @@ func (s *Store) List(_ context.Context, after string, max int) ([]limiter.Defini
 func (s *Store) Delete(_ context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.byKey[name]; !ok {
+	e, ok := s.byKey[name]
+	if !ok {
 		return limiter.ErrNotFound
 	}
+	s.keys -= e.maxKeys
 	delete(s.byKey, name)
 	s.names.Delete(name)
 	s.shrink()
@@ -149,6 +183,9 @@ func (s *Store) Acquire(_ context.Context, name string, permits int64) (limiter.
 	if err != nil {
 		return limiter.Decision{}, err
 	}
+	if e.keys != nil {
+		return limiter.Decision{}, limiter.KeyMismatch(name, true)
+	}
 	return e.l.Acquire(s.clock.Now(), permits)
 }
 
@@ -160,6 +197,7 @@ func (s *Store) AcquireBatch(_ context.Context, reqs []limiter.Request, out []li
 	now := s.clock.Now()
 	var (
 		name string
+		e    entry
 		l    *limiter.Limiter
 		err  error
 	)
@@ -167,9 +205,11 @@ func (s *Store) AcquireBatch(_ context.Context, reqs []limiter.Request, out []li
 		// Batches often repeat a limiter: look each run of one up once.
 		if i == 0 || r.Name != name {
 			name = r.Name
-			var e entry
 			e, err = s.lookup(name)
 			l = e.l
+		}
+		if err == nil && e.keys != nil {
+			err = limiter.KeyMismatch(name, true)
 		}
 		if err != nil {
 			out[i] = limiter.Result{Err: err}
@@ -185,7 +225,54 @@ func (s *Store) Available(_ context.Context, name string) (limiter.Availability,
 	if err != nil {
 		return limiter.Availability{}, err
 	}
+	if e.keys != nil {
+		return limiter.Availability{}, limiter.KeyMismatch(name, true)
+	}
 	return e.l.Available(s.clock.Now()), nil
+}
+
+// AcquireKey takes permits from key's bucket of a keyed limiter, all or
+// nothing; see Keys.Acquire.
+func (s *Store) AcquireKey(_ context.Context, name, key string, permits int64) (limiter.KeyDecision, error) {
+	ks, err := s.keyed(name)
+	if err != nil {
+		return limiter.KeyDecision{}, err
+	}
+	d, full := ks.Acquire(key, s.clock.Now(), permits)
+	return limiter.KeyDecision{Decision: d, KeysFull: full}, nil
+}
+
+// AvailableKey reports what key's bucket of a keyed limiter could grant
+// now; see Keys.Available.
+func (s *Store) AvailableKey(_ context.Context, name, key string) (limiter.KeyAvailability, error) {
+	ks, err := s.keyed(name)
+	if err != nil {
+		return limiter.KeyAvailability{}, err
+	}
+	av, full := ks.Available(key, s.clock.Now())
+	return limiter.KeyAvailability{Availability: av, KeysFull: full}, nil
+}
+
+// Lowest lists up to k keys of a keyed limiter, fewest permits left first;
+// see Keys.Lowest for the order and the cost.
+func (s *Store) Lowest(ctx context.Context, name string, k int) ([]limiter.KeyEntry, error) {
+	ks, err := s.keyed(name)
+	if err != nil {
+		return nil, err
+	}
+	return ks.Lowest(ctx, s.clock.Now(), k)
+}
+
+// keyed returns the keys of a keyed limiter.
+func (s *Store) keyed(name string) (*Keys, error) {
+	e, err := s.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if e.keys == nil {
+		return nil, limiter.KeyMismatch(name, false)
+	}
+	return e.keys, nil
 }
 
 // Decide decides items together, all or nothing, at one reading of the
@@ -229,6 +316,10 @@ func (s *Store) joint(items []limiter.Item) (joint, error) {
 		if !ok {
 			s.mu.RUnlock()
 			return joint{}, &limiter.MissingError{Name: name}
+		}
+		if e.keys != nil {
+			s.mu.RUnlock()
+			return joint{}, limiter.KeyMismatch(name, true)
 		}
 		j.ls[k] = e.l
 		for i := range items {

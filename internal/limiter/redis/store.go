@@ -118,6 +118,9 @@ func notFound(op, name string) error {
 // groups.go): a limiter the directory places in another group is refused
 // with an error wrapping limiter.ErrGroupConflict.
 func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
+	if def.Keyed {
+		return false, errKeyed
+	}
 	if err := limiter.CheckName(def.Name); err != nil {
 		return false, fmt.Errorf("redis: put: %w", err)
 	}

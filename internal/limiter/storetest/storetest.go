@@ -2,7 +2,7 @@
 // whatever keeps its state: definitions (put, get, list, delete, replace),
 // decisions (all or nothing, Available without consuming, both algorithms,
 // capacity), batches of acquisitions, joint decisions and groups,
-// concurrency and replenishment.
+// concurrency and replenishment, keyed limiters.
 //
 // A shared store reads the time from its server, so the suite never injects
 // a clock. It uses long periods (an hour) wherever nothing may replenish
@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ConcurrentOnce", testConcurrentOnce},
 		{"Reservations", testReservations},
 		{"ConcurrentSettle", testConcurrentSettle},
+		{"Keyed", testKeyed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,158 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/client"
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// TestKeyedLimiter drives a keyed limiter through the generated client:
+// one bucket per key, availability per key, the keys closest to their
+// limit, and the definition as it was given.
+func TestKeyedLimiter(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	keyed, maxKeys := true, int32(50)
+	e.put("per-user", client.LimiterSpec{Limit: 9, Period: "1m", Keyed: &keyed, MaxKeys: &maxKeys})
+
+	def, err := e.c.GetLimiterWithResponse(ctx, "per-user")
+	if err != nil || def.JSON200 == nil || def.JSON200.Keyed == nil || !*def.JSON200.Keyed || *def.JSON200.MaxKeys != 50 {
+		t.Fatalf("GetLimiter: %v %s, want keyed with max_keys 50", err, def.Body)
+	}
+	acquire := func(key string, n int64) *client.Decision {
+		t.Helper()
+		res, err := e.c.AcquireWithResponse(ctx, "per-user", client.AcquireRequest{Key: &key, Permits: &n})
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("acquire %s %d: %v %d %s", key, n, err, res.StatusCode(), res.Body)
+		}
+		if res.JSON200.Key == nil || *res.JSON200.Key != key {
+			t.Errorf("acquire %s: the answer names key %v", key, res.JSON200.Key)
+		}
+		if got, want := res.HTTPResponse.Header.Get("RateLimit"), rateLimitHeader("per-user", res.JSON200.Remaining, time.Duration(res.JSON200.ResetAfterMs)*time.Millisecond); !strings.HasPrefix(got, `"per-user";r=`) {
+			t.Errorf("acquire %s: RateLimit %q, want one like %q", key, got, want)
+		}
+		return res.JSON200
+	}
+	if d := acquire("alice", 5); !d.Allowed || d.Remaining != 4 {
+		t.Errorf("alice 5: got %+v, want allowed with 4 left", d)
+	}
+	if d := acquire("bob", 10); d.Allowed || !d.ExceedsCapacity || d.Remaining != 9 {
+		t.Errorf("bob 10: got %+v, want denied, exceeds capacity, 9 left", d)
+	}
+	if d := acquire("carol", 9); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("carol 9: got %+v, want allowed with 0 left", d)
+	}
+	if d := acquire("carol", 1); d.Allowed || d.RetryAfterMs == nil {
+		t.Errorf("carol 1 more: got %+v, want denied with a retry time", d)
+	}
+	for key, want := range map[string]int64{"alice": 4, "bob": 9, "carol": 0, "user with spaces/é": 9} {
+		k := key
+		res, err := e.c.GetAvailableWithResponse(ctx, "per-user", &client.GetAvailableParams{Key: &k})
+		if err != nil || res.JSON200 == nil || res.JSON200.Remaining != want || res.JSON200.Key == nil || *res.JSON200.Key != key {
+			t.Errorf("available %q: %v %s, want %d left", key, err, res.Body, want)
+		}
+	}
+	k := int32(10)
+	low, err := e.c.ListLowestKeysWithResponse(ctx, "per-user", &client.ListLowestKeysParams{K: &k})
+	if err != nil || low.JSON200 == nil {
+		t.Fatalf("lowest: %v %s", err, low.Body)
+	}
+	var got []string
+	for _, it := range low.JSON200.Items {
+		got = append(got, it.Key)
+	}
+	if strings.Join(got, ",") != "carol,alice" || low.JSON200.Items[0].Remaining != 0 || low.JSON200.Items[1].Remaining != 4 {
+		t.Errorf("lowest: got %+v, want carol (0 left) then alice (4); bob took nothing", low.JSON200.Items)
+	}
+}
+
+// TestKeyedBadInput: a key where none is taken, none where one is needed,
+// a key that breaks the rule, a budget of keys exceeded: each is the right
+// 4xx problem, and nothing is taken.
+func TestKeyedBadInput(t *testing.T) {
+	e := newEnv(t, nil)
+	keyed := true
+	e.put("per-user", client.LimiterSpec{Limit: 9, Period: "1m", Keyed: &keyed})
+	e.put("plain", client.LimiterSpec{Limit: 9, Period: "1m"})
+	long := strings.Repeat("é", 65) // 65 characters, 130 bytes
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		location                 string
+	}{
+		{"no key for a keyed limiter", "POST", "/v1/limiters/per-user/acquire", `{"permits":1}`, 400, "body.key"},
+		{"no body for a keyed limiter", "POST", "/v1/limiters/per-user/acquire", ``, 400, "body.key"},
+		{"a key for a plain limiter", "POST", "/v1/limiters/plain/acquire", `{"key":"alice"}`, 400, "body.key"},
+		{"an empty key", "POST", "/v1/limiters/per-user/acquire", `{"key":""}`, 400, "body.key"},
+		{"a key of 129 characters", "POST", "/v1/limiters/per-user/acquire", `{"key":"` + strings.Repeat("k", 129) + `"}`, 400, "body.key"},
+		{"a key of 130 bytes", "POST", "/v1/limiters/per-user/acquire", `{"key":"` + long + `"}`, 400, "body.key"},
+		{"a control character", "POST", "/v1/limiters/per-user/acquire", `{"key":"a\u0000b"}`, 400, "body.key"},
+		{"a key that is a number", "POST", "/v1/limiters/per-user/acquire", `{"key":42}`, 400, "body.key"},
+		{"available without a key", "GET", "/v1/limiters/per-user/available", "", 400, "query.key"},
+		{"available with a key of a plain limiter", "GET", "/v1/limiters/plain/available?key=alice", "", 400, "query.key"},
+		{"available with an empty key", "GET", "/v1/limiters/per-user/available?key=", "", 400, "query.key"},
+		{"available with a control character", "GET", "/v1/limiters/per-user/available?key=" + url.QueryEscape("a\x01"), "", 400, "query.key"},
+		{"lowest of a plain limiter", "GET", "/v1/limiters/plain/lowest", "", 400, "query.key"},
+		{"lowest with k=0", "GET", "/v1/limiters/per-user/lowest?k=0", "", 400, "query.k"},
+		{"lowest with k=1001", "GET", "/v1/limiters/per-user/lowest?k=1001", "", 400, "query.k"},
+		{"lowest of an unknown limiter", "GET", "/v1/limiters/missing/lowest", "", 404, ""},
+		{"acquire from an unknown keyed limiter", "POST", "/v1/limiters/missing/acquire", `{"key":"alice"}`, 404, ""},
+		{"max_keys without keyed", "PUT", "/v1/limiters/other", `{"limit":1,"period":"1s","max_keys":5}`, 400, "body"},
+		{"max_keys of 0", "PUT", "/v1/limiters/other", `{"limit":1,"period":"1s","keyed":true,"max_keys":0}`, 400, "body.max_keys"},
+		{"max_keys past the bound", "PUT", "/v1/limiters/other", `{"limit":1,"period":"1s","keyed":true,"max_keys":10000001}`, 400, "body.max_keys"},
+		{"max_keys past the budget", "PUT", "/v1/limiters/other", `{"limit":1,"period":"1s","keyed":true,"max_keys":1000000}`, 409, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ct := ""
+			if tc.body != "" {
+				ct = "application/json"
+			}
+			res, body := e.raw(tc.method, tc.path, ct, tc.body)
+			if res.StatusCode != tc.status || res.Header.Get("Content-Type") != problemJSON {
+				t.Fatalf("got %d %s %s, want a %d problem", res.StatusCode, res.Header.Get("Content-Type"), body, tc.status)
+			}
+			var p client.Problem
+			if err := json.Unmarshal(body, &p); err != nil {
+				t.Fatal(err)
+			}
+			if tc.location != "" && (p.Errors == nil || !containsLocation(*p.Errors, tc.location)) {
+				t.Errorf("got %s, want an error at %s", body, tc.location)
+			}
+			if strings.Contains(string(body), "limiter:") || strings.Contains(string(body), "memory:") {
+				t.Errorf("the problem leaks internal text: %s", body)
+			}
+		})
+	}
+	if got := e.available("plain"); got != 9 {
+		t.Errorf("plain: %d left after the bad requests, want 9", got)
+	}
+	low, err := e.c.ListLowestKeysWithResponse(context.Background(), "per-user", nil)
+	if err != nil || low.JSON200 == nil || len(low.JSON200.Items) != 0 {
+		t.Errorf("per-user after the bad requests: %v %s, want no key used", err, low.Body)
+	}
+	if res, _ := e.c.GetLimiterWithResponse(context.Background(), "other"); res.StatusCode() != http.StatusNotFound {
+		t.Errorf("the refused definitions: GET other answered %d, want 404", res.StatusCode())
+	}
+	// The budget's message says what to do.
+	_, body := e.raw("PUT", "/v1/limiters/other", "application/json", `{"limit":1,"period":"1s","keyed":true,"max_keys":`+strconv.Itoa(limiter.KeyBudget)+`}`)
+	if !strings.Contains(string(body), "max_keys") || !strings.Contains(string(body), "budget") {
+		t.Errorf("budget problem %s: want it to name max_keys and the budget", body)
+	}
+}
+
+func containsLocation(errs []client.FieldError, location string) bool {
+	for _, e := range errs {
+		if e.Location == location {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,88 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// testKeyed checks keyed limiters on a store that keeps them: one bucket per
+// key, all or nothing, Available without consuming, Lowest in order, and
+// the calls that name a key (or none) against the definition refused with
+// nothing changed. A store that keeps no keyed limiters must refuse their
+// Put with ErrUnsupported and create nothing, and refuse keys on the
+// limiters it has with ErrKeyMismatch.
+func testKeyed(t *testing.T, s limiter.Store) {
+	p := limiter.Policy{Limit: 9, Period: hour}
+	put(t, s, "plain", p)
+	_, err := s.Put(ctx(t), limiter.Definition{Name: "per-user", Policy: p, Keyed: true, MaxKeys: 100})
+	if errors.Is(err, limiter.ErrUnsupported) {
+		if _, err := s.Get(ctx(t), "per-user"); !errors.Is(err, limiter.ErrNotFound) {
+			t.Errorf("Get of a refused keyed limiter: got %v, want ErrNotFound", err)
+		}
+		if _, err := s.AcquireKey(ctx(t), "plain", "alice", 1); !errors.Is(err, limiter.ErrKeyMismatch) {
+			t.Errorf("AcquireKey on a limiter that is not keyed: got %v, want ErrKeyMismatch", err)
+		}
+		if _, err := s.Lowest(ctx(t), "missing", 1); !errors.Is(err, limiter.ErrNotFound) {
+			t.Errorf("Lowest of an unknown limiter: got %v, want ErrNotFound", err)
+		}
+		if got := available(t, s, "plain").Remaining; got != 9 {
+			t.Errorf("plain: %d left, want 9", got)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("Put of a keyed limiter: %v", err)
+	}
+	def, err := s.Get(ctx(t), "per-user")
+	if err != nil || !def.Keyed || def.MaxKeys != 100 {
+		t.Errorf("Get: got %+v, %v, want keyed with MaxKeys 100", def, err)
+	}
+	take := func(key string, n int64) limiter.KeyDecision {
+		t.Helper()
+		d, err := s.AcquireKey(ctx(t), "per-user", key, n)
+		if err != nil {
+			t.Fatalf("AcquireKey(%q, %d): %v", key, n, err)
+		}
+		return d
+	}
+	if d := take("alice", 5); !d.Allowed || d.Remaining != 4 {
+		t.Errorf("alice 5: got %+v, want allowed with 4 left", d)
+	}
+	if d := take("alice", 5); d.Allowed || d.Remaining != 4 {
+		t.Errorf("alice 5 more: got %+v, want denied with 4 left", d)
+	}
+	if d := take("bob", 10); d.Allowed || !d.ExceedsCapacity {
+		t.Errorf("bob 10: got %+v, want denied, exceeds capacity", d)
+	}
+	if d := take("carol", 8); !d.Allowed || d.Remaining != 1 {
+		t.Errorf("carol 8: got %+v, want allowed with 1 left", d)
+	}
+	for key, want := range map[string]int64{"alice": 4, "bob": 9, "carol": 1} {
+		a, err := s.AvailableKey(ctx(t), "per-user", key)
+		if err != nil || a.Remaining != want {
+			t.Errorf("AvailableKey(%q): got %+v, %v, want %d left", key, a, err, want)
+		}
+	}
+	es, err := s.Lowest(ctx(t), "per-user", 10)
+	if err != nil || len(es) != 2 || es[0].Key != "carol" || es[1].Key != "alice" {
+		t.Errorf("Lowest: got %+v, %v, want carol then alice", es, err)
+	}
+	for name, err := range map[string]error{
+		"Acquire":    func() error { _, err := s.Acquire(ctx(t), "per-user", 1); return err }(),
+		"Available":  func() error { _, err := s.Available(ctx(t), "per-user"); return err }(),
+		"AcquireKey": func() error { _, err := s.AcquireKey(ctx(t), "plain", "alice", 1); return err }(),
+		"Lowest":     func() error { _, err := s.Lowest(ctx(t), "plain", 1); return err }(),
+	} {
+		if !errors.Is(err, limiter.ErrKeyMismatch) {
+			t.Errorf("%s against the definition: got %v, want ErrKeyMismatch", name, err)
+		}
+	}
+	if got := available(t, s, "plain").Remaining; got != 9 {
+		t.Errorf("plain: %d left, want 9", got)
+	}
+	if a, _ := s.AvailableKey(ctx(t), "per-user", "alice"); a.Remaining != 4 {
+		t.Errorf("alice after the refused calls: %d left, want 4", a.Remaining)
+	}
+}
