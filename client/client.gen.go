@@ -172,6 +172,13 @@ type Burst = int64
 //
 // Example: {"limiter":"checkout-daily","permits":1}
 type DecideItem struct {
+	// Key The key of a keyed limiter whose bucket the item names; required
+	// for a keyed limiter, refused for one that is not. The keys of
+	// one decision must belong to limiters of one group, unless the
+	// decision names one key of one limiter. Reservations take no keys
+	// yet.
+	Key *Key `json:"key,omitempty"`
+
 	// Limiter The limiter's name: 1 to 128 ASCII letters, digits, `.`, `_` or
 	// `-`, starting with a letter or digit.
 	//
@@ -313,6 +320,18 @@ type ItemCheck struct {
 	//
 	// Example: true
 	Fits bool `json:"fits"`
+
+	// Key The key asked, for a keyed limiter.
+	Key *Key `json:"key,omitempty"`
+
+	// KeysFull Present, and true, only for the key of a keyed limiter that
+	// holds `max_keys` keys, all limited, and so has no room for this
+	// one: it does not fit, and `retry_after_ms` says when room can be
+	// made. A charge naming it records nothing.
+	//
+	//
+	// Example: true
+	KeysFull *bool `json:"keys_full,omitempty"`
 
 	// Limit The limiter's limit (0 in a degraded verdict).
 	//

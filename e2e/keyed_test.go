@@ -74,6 +74,40 @@ func TestKeyed(t *testing.T) {
 	}
 }
 
+// TestKeyedDecide: a per-IP, a per-user and a global limit on one action,
+// decided all or nothing through the container: the call denied by one
+// key's limit charges neither the other key nor the global limit.
+func TestKeyedDecide(t *testing.T) {
+	t.Parallel()
+	api := sharedService(t).api
+	group := "key-api"
+	put(t, api, "key-api-ip", client.LimiterSpec{Limit: 3, Period: "1h", Keyed: ptr(true), Group: &group})
+	put(t, api, "key-api-user", client.LimiterSpec{Limit: 2, Period: "1h", Keyed: ptr(true), Group: &group})
+	put(t, api, "key-api-global", client.LimiterSpec{Limit: 100, Period: "1h", Group: &group})
+	call := func(ip, user string) client.DecideRequest {
+		return client.DecideRequest{Items: []client.DecideItem{{Limiter: "key-api-ip", Key: &ip}, {Limiter: "key-api-user", Key: &user}, {Limiter: "key-api-global"}}}
+	}
+	for i, want := range []bool{true, true, false} {
+		v := decide(t, api, call("203.0.113.7", "alice"))
+		if v.Allowed != want {
+			t.Fatalf("alice's call %d: got %+v, want allowed %v", i+1, v, want)
+		}
+	}
+	if v := decide(t, api, call("203.0.113.7", "bob")); !v.Allowed || v.Items[0].Remaining != 0 {
+		t.Fatalf("bob: got %+v, want allowed with the address's last permit", v)
+	}
+	if v := decide(t, api, call("203.0.113.7", "carol")); v.Allowed || v.Items[0].Fits || !v.Items[1].Fits {
+		t.Fatalf("carol: got %+v, want denied by the address alone", v)
+	}
+	if got := available(t, api, "key-api-global"); got != 97 {
+		t.Errorf("global: %d left, want 97: the denied calls took nothing", got)
+	}
+	res, err := api.GetAvailableWithResponse(t.Context(), "key-api-user", &client.GetAvailableParams{Key: ptr("carol")})
+	if err != nil || res.JSON200 == nil || res.JSON200.Remaining != 2 {
+		t.Errorf("carol's own limit: %v %s, want 2 left", err, res.Body)
+	}
+}
+
 // TestKeyedOnRedisRefused: the Redis backend keeps no keyed limiters yet,
 // and says so with a 501 that creates nothing.
 func TestKeyedOnRedisRefused(t *testing.T) {

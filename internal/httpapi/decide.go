@@ -59,6 +59,9 @@ func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limit
 		if it.Permits != nil {
 			items[i].Permits = *it.Permits
 		}
+		if it.Key != nil {
+			items[i].Key = *it.Key
+		}
 	}
 	once := ""
 	if onceKey != nil {
@@ -112,6 +115,10 @@ func decideProblem(err error) error {
 		return rejected("body.items", reason(err, limiter.ErrInvalidName))
 	case errors.Is(err, limiter.ErrInvalidPermits):
 		return rejected("body.items", reason(err, limiter.ErrInvalidPermits))
+	case errors.Is(err, limiter.ErrInvalidKey):
+		return rejected("body.items", reason(err, limiter.ErrInvalidKey))
+	case errors.Is(err, limiter.ErrKeyMismatch):
+		return rejected("body.items", strings.TrimPrefix(reason(err, limiter.ErrKeyMismatch), limiter.ErrKeyMismatch.Error()+": "))
 	case errors.Is(err, limiter.ErrInvalidOnceKey):
 		return rejected("header.Idempotency-Key", reason(err, limiter.ErrInvalidOnceKey))
 	case errors.Is(err, limiter.ErrOnceMismatch):
@@ -178,6 +185,14 @@ func (a *verdictAnswer) write(w http.ResponseWriter) error {
 		ic := gen.ItemCheck{
 			Limiter: c.Name, Permits: c.Permits, Fits: c.Fits, ExceedsCapacity: c.ExceedsCapacity,
 			Remaining: c.Remaining, Limit: c.Limit, ResetAfterMs: millis(c.ResetAfter),
+		}
+		if c.Key != "" {
+			key := c.Key
+			ic.Key = &key
+		}
+		if c.KeysFull {
+			t := true
+			ic.KeysFull = &t
 		}
 		if !c.Fits && !c.ExceedsCapacity && !v.Degraded {
 			ms := millis(c.RetryAfter)

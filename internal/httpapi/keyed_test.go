@@ -156,3 +156,95 @@ func containsLocation(errs []client.FieldError, location string) bool {
 	}
 	return false
 }
+
+// TestKeyedDecide: a per-IP limit, a per-user limit and a global one on
+// one action, decided all or nothing through POST /v1/decide: when one key
+// is out of permits, neither the other key nor the global limit is
+// charged. Keys of limiters in no group, and reservations of keys, are
+// refused.
+func TestKeyedDecide(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	keyed, group := true, "api"
+	e.put("api-per-ip", client.LimiterSpec{Limit: 3, Period: "1h", Keyed: &keyed, Group: &group})
+	e.put("api-per-user", client.LimiterSpec{Limit: 2, Period: "1h", Keyed: &keyed, Group: &group})
+	e.put("api-global", client.LimiterSpec{Limit: 100, Period: "1h", Group: &group})
+	req := func(ip, user string) client.DecideRequest {
+		return client.DecideRequest{Items: []client.DecideItem{
+			{Limiter: "api-per-ip", Key: &ip}, {Limiter: "api-per-user", Key: &user}, {Limiter: "api-global"},
+		}}
+	}
+	decide := func(ip, user string) client.Verdict {
+		t.Helper()
+		res, err := e.c.DecideWithResponse(ctx, nil, req(ip, user))
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("decide %s %s: %v %s", ip, user, err, res.Body)
+		}
+		return *res.JSON200
+	}
+	for range 2 {
+		if v := decide("203.0.113.7", "alice"); !v.Allowed {
+			t.Fatalf("alice: got %+v, want allowed", v)
+		}
+	}
+	v := decide("203.0.113.7", "alice")
+	if v.Allowed || v.Items[1].Fits || !v.Items[0].Fits || v.Items[0].Remaining != 1 || v.Items[2].Remaining != 98 {
+		t.Fatalf("alice's third: got %+v, want denied by the per-user limit alone, nothing taken", v)
+	}
+	if v.Items[1].Key == nil || *v.Items[1].Key != "alice" {
+		t.Errorf("the check names key %v, want alice", v.Items[1].Key)
+	}
+	if v := decide("203.0.113.7", "bob"); !v.Allowed || v.Items[0].Remaining != 0 || v.Items[1].Remaining != 1 {
+		t.Fatalf("bob from the same address: got %+v, want allowed, the address's last permit", v)
+	}
+	if v := decide("203.0.113.7", "carol"); v.Allowed || v.Items[0].Fits {
+		t.Fatalf("carol from the same address: got %+v, want denied by the per-IP limit", v)
+	}
+	if got := e.available("api-global"); got != 97 {
+		t.Errorf("global: %d left, want 97: the denied decisions took nothing", got)
+	}
+
+	e.put("lone-per-user", client.LimiterSpec{Limit: 2, Period: "1h", Keyed: &keyed})
+	a, b := "a", "b"
+	for _, tc := range []struct {
+		name string
+		body client.DecideRequest
+	}{
+		{"two keys of a limiter in no group", client.DecideRequest{Items: []client.DecideItem{{Limiter: "lone-per-user", Key: &a}, {Limiter: "lone-per-user", Key: &b}}}},
+		{"a keyed limiter without its key", client.DecideRequest{Items: []client.DecideItem{{Limiter: "api-per-user"}, {Limiter: "api-global"}}}},
+		{"a key of a plain limiter", client.DecideRequest{Items: []client.DecideItem{{Limiter: "api-global", Key: &a}}}},
+	} {
+		res, err := e.c.DecideWithResponse(ctx, nil, tc.body)
+		if err != nil || res.StatusCode() != http.StatusBadRequest || !strings.Contains(string(res.Body), "body.items") {
+			t.Errorf("%s: %v %d %s, want a 400 at body.items", tc.name, err, res.StatusCode(), res.Body)
+		}
+	}
+	res, err := e.c.ReserveWithResponse(ctx, nil, client.ReserveRequest{Items: []client.DecideItem{{Limiter: "api-per-user", Key: &a}}})
+	if err != nil || res.StatusCode() != http.StatusBadRequest || !strings.Contains(string(res.Body), "no keys") {
+		t.Errorf("a reservation of a key: %v %d %s, want a 400 saying reservations take no keys", err, res.StatusCode(), res.Body)
+	}
+	if got := e.available("api-global"); got != 97 {
+		t.Errorf("global after the refusals: %d left, want 97", got)
+	}
+
+	// A key that finds its limiter full of limited keys is refused room.
+	one := int32(1)
+	e.put("tiny", client.LimiterSpec{Limit: 1, Period: "1h", Keyed: &keyed, MaxKeys: &one, Group: &group})
+	full := func(key string) client.Verdict {
+		t.Helper()
+		res, err := e.c.DecideWithResponse(ctx, nil, client.DecideRequest{Items: []client.DecideItem{{Limiter: "tiny", Key: &key}, {Limiter: "api-global"}}})
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("tiny %s: %v %s", key, err, res.Body)
+		}
+		return *res.JSON200
+	}
+	if v := full("x"); !v.Allowed {
+		t.Fatalf("tiny x: got %+v, want allowed", v)
+	}
+	if v := full("y"); v.Allowed || v.Items[0].KeysFull == nil || !*v.Items[0].KeysFull || v.RetryAfterMs == nil {
+		t.Fatalf("tiny y: got %+v, want denied, keys_full, with a retry time", v)
+	}
+	if got := e.available("api-global"); got != 96 {
+		t.Errorf("global after tiny: %d left, want 96", got)
+	}
+}

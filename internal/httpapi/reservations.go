@@ -31,6 +31,9 @@ func (s *server) Reserve(ctx context.Context, req gen.ReserveRequestObject) (gen
 		if it.Permits != nil {
 			items[i].Permits = *it.Permits
 		}
+		if it.Key != nil {
+			items[i].Key = *it.Key
+		}
 	}
 	once := ""
 	if req.Params.IdempotencyKey != nil {

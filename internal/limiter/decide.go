@@ -63,9 +63,12 @@ func (e *MissingError) Error() string { return fmt.Sprintf("limiter %q not found
 // Unwrap returns ErrNotFound.
 func (e *MissingError) Unwrap() error { return ErrNotFound }
 
-// Item is one part of a joint decision: Permits from the limiter Name.
+// Item is one part of a joint decision: Permits from the limiter Name, or,
+// for a keyed limiter, from its bucket of Key (empty for a limiter that is
+// not keyed).
 type Item struct {
 	Name    string
+	Key     string
 	Permits int64
 }
 
@@ -135,8 +138,9 @@ type Verdict struct {
 // same limiter are decided as one: they fit when the sum of their permits
 // does, and each reports that limiter's state.
 type Check struct {
-	// Name and Permits are the item's.
+	// Name, Key and Permits are the item's.
 	Name    string
+	Key     string
 	Permits int64
 	// Fits reports whether the item's limiter could grant it now. In a
 	// denial, the items that do not fit are the ones that denied. After a
@@ -153,6 +157,11 @@ type Check struct {
 	// RetryAfter is how long until this limiter could grant the permits
 	// asked of it, when it cannot now and they do not exceed its capacity.
 	RetryAfter time.Duration
+	// KeysFull reports an item of a keyed limiter whose key is not
+	// remembered and cannot be now: the limiter holds its MaxKeys keys,
+	// all limited (see Definition.MaxKeys). Fits is then false, Remaining
+	// 0, and RetryAfter and ResetAfter say when room can be made.
+	KeysFull bool
 	// ResetAfter is how long until the limiter is full again if nobody
 	// acquires meanwhile.
 	ResetAfter time.Duration
@@ -169,6 +178,11 @@ func CheckItems(items []Item) error {
 		if err := CheckName(it.Name); err != nil {
 			return fmt.Errorf("item %d: %w", i, err)
 		}
+		if it.Key != "" {
+			if err := CheckKey(it.Key); err != nil {
+				return fmt.Errorf("item %d (%q): %w", i, it.Name, err)
+			}
+		}
 		if err := CheckPermits(it.Permits); err != nil {
 			return fmt.Errorf("item %d (%q): %w", i, it.Name, err)
 		}
@@ -177,14 +191,19 @@ func CheckItems(items []Item) error {
 }
 
 // CheckGroups reports whether limiters can be decided together: one
-// limiter (however many items name it), or limiters that all share one
-// group. groups[i] is the group of the limiter items[i] names. The error
-// wraps ErrCrossGroup and names the first two items that differ.
+// limiter (however many items name it) and, when it is keyed, one of its
+// keys, or limiters (and keys) that all share one group. groups[i] is the
+// group of the limiter items[i] names. The error wraps ErrCrossGroup and
+// names the first two items that differ.
 func CheckGroups(items []Item, groups []string) error {
 	first := items[0]
 	for i, it := range items[1:] {
-		if it.Name == first.Name || groups[i+1] == groups[0] && groups[0] != "" {
+		if it.Name == first.Name && it.Key == first.Key || groups[i+1] == groups[0] && groups[0] != "" {
 			continue
+		}
+		if it.Name == first.Name {
+			return fmt.Errorf("%w: items 0 and %d name two keys of %q %s: the keys of one decision must belong to limiters of one group",
+				ErrCrossGroup, i+1, it.Name, groupPhrase(groups[0]))
 		}
 		return fmt.Errorf("%w: item 0 names %q %s and item %d names %q %s: the limiters of one decision must share a group",
 			ErrCrossGroup, first.Name, groupPhrase(groups[0]), i+1, it.Name, groupPhrase(groups[i+1]))
@@ -194,26 +213,39 @@ func CheckGroups(items []Item, groups []string) error {
 
 func groupPhrase(g string) string { return "(" + groupWords(g) + ")" }
 
-// Totals folds items naming the same limiter into one: names are the
-// distinct names in order of first appearance, totals[j] the sum of the
-// permits asked of names[j], and index[i] the position in names of
+// Totals folds items naming the same limiter (and key) into one: names are
+// the distinct names in order of first appearance, totals[j] the sum of
+// the permits asked of names[j], and index[i] the position in names of
 // items[i]'s limiter. The sums never overflow: each of at most MaxItems
-// items asks for at most MaxLimit permits.
+// items asks for at most MaxLimit permits. It is for items without keys;
+// see Parts.
 func Totals(items []Item) (names []string, totals []int64, index []int) {
+	parts, index := Parts(items)
+	names, totals = make([]string, len(parts)), make([]int64, len(parts))
+	for j, p := range parts {
+		names[j], totals[j] = p.Name, p.Permits
+	}
+	return names, totals, index
+}
+
+// Parts folds items naming the same limiter and key into one: parts are
+// the distinct (Name, Key) pairs in order of first appearance, each with
+// the sum of the permits asked of it, and index[i] the position in parts of
+// items[i]'s pair.
+func Parts(items []Item) (parts []Item, index []int) {
 	index = make([]int, len(items))
 	for i, it := range items {
 		j := 0
-		for j < len(names) && names[j] != it.Name {
+		for j < len(parts) && (parts[j].Name != it.Name || parts[j].Key != it.Key) {
 			j++
 		}
-		if j == len(names) {
-			names = append(names, it.Name)
-			totals = append(totals, 0)
+		if j == len(parts) {
+			parts = append(parts, Item{Name: it.Name, Key: it.Key})
 		}
-		totals[j] += it.Permits
+		parts[j].Permits += it.Permits
 		index[i] = j
 	}
-	return names, totals, index
+	return parts, index
 }
 
 // NewVerdict builds the verdict on items from what their limiters found:
@@ -232,7 +264,7 @@ func NewVerdict(items []Item, found []Check, index []int) Verdict {
 	}
 	for i, it := range items {
 		c := found[index[i]]
-		c.Name, c.Permits = it.Name, it.Permits
+		c.Name, c.Key, c.Permits = it.Name, it.Key, it.Permits
 		v.Checks[i] = c
 	}
 	return v
@@ -243,7 +275,7 @@ func NewVerdict(items []Item, found []Check, index []int) Verdict {
 func DegradedVerdict(items []Item, mode FailureMode) Verdict {
 	v := Verdict{Allowed: mode == FailOpen, Degraded: true, Checks: make([]Check, len(items))}
 	for i, it := range items {
-		v.Checks[i] = Check{Name: it.Name, Permits: it.Permits}
+		v.Checks[i] = Check{Name: it.Name, Key: it.Key, Permits: it.Permits}
 	}
 	return v
 }

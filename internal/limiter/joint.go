@@ -14,33 +14,58 @@ import "slices"
 // limiters were made, so that concurrent calls on overlapping limiters
 // never deadlock and no lock is shared by unrelated limiters.
 func DecideAll(now int64, ls []*Limiter, totals []int64, mode Mode) (found []Check) {
+	unlock := Lock(ls)
+	bs := make([]*Bucket, len(ls))
+	for j, l := range ls {
+		bs[j] = &l.b
+	}
+	found = DecideBuckets(now, bs, totals, mode)
+	unlock()
+	return found
+}
+
+// DecideBuckets is DecideAll on buckets that the caller guards: it decides
+// at now whether totals[j] permits fit in bs[j] for every j and, under
+// Take, takes all of them when they do; under Charge and Refund it charges
+// or refunds every total. The buckets must be distinct.
+func DecideBuckets(now int64, bs []*Bucket, totals []int64, mode Mode) (found []Check) {
 	t := clampNow(now)
+	found = make([]Check, len(bs))
+	switch mode {
+	case Charge, Refund:
+		for j, b := range bs {
+			found[j] = b.adjust(t, totals[j], mode)
+		}
+	default:
+		all := true
+		for j, b := range bs {
+			found[j] = b.fit(t, totals[j])
+			all = all && found[j].Fits
+		}
+		if all && mode == Take {
+			for j, b := range bs {
+				found[j] = b.take(t, totals[j])
+			}
+		}
+	}
+	return found
+}
+
+// Lock takes the locks of the distinct limiters ls in the order limiters
+// were made, so that concurrent joint decisions on overlapping limiters
+// never deadlock, and returns the func that releases them. A caller that
+// also locks other tables (keyed limiters' shards) takes them after these,
+// in the order of their NextID numbers.
+func Lock(ls []*Limiter) (unlock func()) {
 	order := lockOrder(ls)
 	for _, j := range order {
 		ls[j].mu.Lock()
 	}
-	found = make([]Check, len(ls))
-	switch mode {
-	case Charge, Refund:
-		for j, l := range ls {
-			found[j] = l.adjust(t, totals[j], mode)
-		}
-	default:
-		all := true
-		for j, l := range ls {
-			found[j] = l.fit(t, totals[j])
-			all = all && found[j].Fits
-		}
-		if all && mode == Take {
-			for j, l := range ls {
-				found[j] = l.take(t, totals[j])
-			}
+	return func() {
+		for _, j := range order {
+			ls[j].mu.Unlock()
 		}
 	}
-	for _, j := range order {
-		ls[j].mu.Unlock()
-	}
-	return found
 }
 
 // AdjustAll charges deltas[j] permits to ls[j] where it is positive and
@@ -49,24 +74,19 @@ func DecideAll(now int64, ls []*Limiter, totals []int64, mode Mode) (found []Che
 // must be distinct.
 func AdjustAll(now int64, ls []*Limiter, deltas []int64) (found []Check) {
 	t := clampNow(now)
-	order := lockOrder(ls)
-	for _, j := range order {
-		ls[j].mu.Lock()
-	}
+	unlock := Lock(ls)
 	found = make([]Check, len(ls))
 	for j, l := range ls {
 		switch d := deltas[j]; {
 		case d > 0:
-			found[j] = l.adjust(t, d, Charge)
+			found[j] = l.b.adjust(t, d, Charge)
 		case d < 0:
-			found[j] = l.adjust(t, -d, Refund)
+			found[j] = l.b.adjust(t, -d, Refund)
 		default:
-			found[j] = l.state(t)
+			found[j] = l.b.state(t)
 		}
 	}
-	for _, j := range order {
-		ls[j].mu.Unlock()
-	}
+	unlock()
 	return found
 }
 
@@ -86,8 +106,8 @@ func lockOrder(ls []*Limiter) []int {
 	return order
 }
 
-// state reports the limiter as it is now, Fits set. l.mu must be held.
-func (l *Limiter) state(now int64) Check {
+// state reports the bucket as it is now, Fits set.
+func (l *Bucket) state(now int64) Check {
 	var av Availability
 	if l.gcra {
 		av = l.rate.Available(l.tat, now)
@@ -98,8 +118,8 @@ func (l *Limiter) state(now int64) Check {
 }
 
 // fit reports whether n permits fit now, recording nothing, with the
-// limiter's state as it is. l.mu must be held.
-func (l *Limiter) fit(now, n int64) Check {
+// bucket's state as it is.
+func (l *Bucket) fit(now, n int64) Check {
 	if l.gcra {
 		_, d := l.rate.Acquire(l.tat, now, n)
 		c := checkOf(d)
@@ -112,8 +132,8 @@ func (l *Limiter) fit(now, n int64) Check {
 	return checkOf(l.log.fit(l.window, now, n))
 }
 
-// take records n permits, which fit now. l.mu must be held.
-func (l *Limiter) take(now, n int64) Check {
+// take records n permits, which fit now.
+func (l *Bucket) take(now, n int64) Check {
 	var d Decision
 	if l.gcra {
 		l.tat, d = l.rate.Acquire(l.tat, now, n)
@@ -123,9 +143,9 @@ func (l *Limiter) take(now, n int64) Check {
 	return checkOf(d)
 }
 
-// adjust charges or refunds n permits, and reports the limiter as it is
-// then. l.mu must be held.
-func (l *Limiter) adjust(now, n int64, mode Mode) Check {
+// adjust charges or refunds n permits, and reports the bucket as it is
+// then.
+func (l *Bucket) adjust(now, n int64, mode Mode) Check {
 	switch {
 	case l.gcra && mode == Charge:
 		l.tat = l.rate.Charge(l.tat, now, n)

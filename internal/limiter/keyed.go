@@ -44,6 +44,9 @@ var (
 	ErrInvalidK = errors.New("invalid number of keys")
 	// ErrUnsupported reports an operation the store does not offer.
 	ErrUnsupported = errors.New("not supported by this backend")
+	// ErrKeyedReservation reports a reservation that names a key of a
+	// keyed limiter: reservations take plain limiters only, for now.
+	ErrKeyedReservation = fmt.Errorf("%w: reservations take no keys yet", ErrInvalidItems)
 )
 
 // KeyEntry is one key of a keyed limiter in a Lowest answer, as seen at the

@@ -63,6 +63,11 @@ func Fingerprint(items []Item, mode Mode) string {
 	for _, it := range items {
 		b.WriteByte(' ')
 		b.WriteString(it.Name)
+		if it.Key != "" {
+			// Neither a name nor a key holds a NUL.
+			b.WriteByte(0)
+			b.WriteString(it.Key)
+		}
 		b.WriteByte('=')
 		b.WriteString(strconv.FormatInt(it.Permits, 10))
 	}
@@ -70,12 +75,15 @@ func Fingerprint(items []Item, mode Mode) string {
 }
 
 // Scope is where a decision's key is remembered: the group of its
-// limiters, or the name of its one limiter in no group, set apart so that
-// the two never meet. groups[i] is the group of items[i]'s limiter, which
-// CheckGroups has accepted.
+// limiters, or the name of its one limiter in no group (and its one key,
+// for a keyed limiter), set apart so that they never meet. groups[i] is
+// the group of items[i]'s limiter, which CheckGroups has accepted.
 func Scope(items []Item, groups []string) string {
-	if groups[0] != "" {
+	switch {
+	case groups[0] != "":
 		return "g:" + groups[0]
+	case items[0].Key != "":
+		return "k:" + items[0].Name + "\x00" + items[0].Key
 	}
 	return "l:" + items[0].Name
 }

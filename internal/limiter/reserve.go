@@ -178,6 +178,11 @@ func (s *Service) Reserve(ctx context.Context, items []Item, ttl time.Duration, 
 	if ttl < time.Millisecond || ttl > MaxReservationTTL {
 		return Verdict{}, fmt.Errorf("limiter: reserve: %w: the TTL must be between 1ms and %s, got %s", ErrInvalidReservation, MaxReservationTTL, ttl)
 	}
+	for _, it := range items {
+		if it.Key != "" {
+			return Verdict{}, fmt.Errorf("limiter: reserve: %w", ErrKeyedReservation)
+		}
+	}
 	// A degraded verdict has no Reservation: no reservation can be
 	// promised without the store, under either failure mode.
 	return s.joint(ctx, span, "reserve", items, once, func(ctx context.Context) (Verdict, error) {

@@ -11,15 +11,45 @@ import (
 // concurrent use; the zero value is not usable (see New).
 type Limiter struct {
 	policy Policy
+	id     uint64 // orders locks in DecideAll
+
+	mu sync.Mutex
+	b  Bucket
+}
+
+// Bucket is the state of one bucket under a policy, with the policy's
+// arithmetic: what a Limiter holds, and what a table of keys makes of a key
+// for a joint decision (see DecideBuckets). It is not safe for concurrent
+// use; its zero value is not usable (see NewBucket).
+type Bucket struct {
 	gcra   bool
 	rate   Rate   // GCRA
 	window Window // SlidingLog
-	id     uint64 // orders locks in DecideAll
-
-	mu  sync.Mutex
-	tat TAT // GCRA
-	log Log // SlidingLog
+	tat    TAT    // GCRA
+	log    Log    // SlidingLog
 }
+
+// NewBucket returns a full bucket of p, which must be valid.
+func NewBucket(p Policy) Bucket {
+	p = p.Normalize()
+	if p.Algorithm == GCRA {
+		return Bucket{gcra: true, rate: NewRate(p)}
+	}
+	return Bucket{window: NewWindow(p)}
+}
+
+// TAT returns a GCRA bucket's state.
+func (b *Bucket) TAT() TAT { return b.tat }
+
+// SetTAT sets a GCRA bucket's state.
+func (b *Bucket) SetTAT(t TAT) { b.tat = t }
+
+// Log returns a sliding-log bucket's state. The Log shares its ring with
+// the bucket: a caller that keeps it hands the bucket over.
+func (b *Bucket) Log() Log { return b.log }
+
+// SetLog sets a sliding-log bucket's state, which the bucket takes over.
+func (b *Bucket) SetLog(l Log) { b.log = l }
 
 // New returns a full limiter for p, or an error wrapping ErrInvalidPolicy.
 func New(p Policy) (*Limiter, error) {
@@ -27,15 +57,17 @@ func New(p Policy) (*Limiter, error) {
 		return nil, err
 	}
 	p = p.Normalize()
-	l := &Limiter{policy: p, id: lastID.Add(1)}
-	if p.Algorithm == GCRA {
-		l.gcra = true
-		l.rate = NewRate(p)
-	} else {
-		l.window = NewWindow(p)
-	}
-	return l, nil
+	return &Limiter{policy: p, id: lastID.Add(1), b: NewBucket(p)}, nil
 }
+
+// Bucket returns the limiter's state, for a joint decision that holds the
+// limiter's lock (see Lock) while it uses it.
+func (l *Limiter) Bucket() *Bucket { return &l.b }
+
+// NextID returns a number that no Limiter and no other caller of NextID
+// has: joint decisions lock limiters before the locks of other tables,
+// ordered by these numbers (see Lock).
+func NextID() uint64 { return lastID.Add(1) }
 
 // lastID numbers limiters as they are made.
 var lastID atomic.Uint64
@@ -57,10 +89,10 @@ func (l *Limiter) Acquire(now int64, n int64) (Decision, error) {
 	t := clampNow(now)
 	var d Decision
 	l.mu.Lock()
-	if l.gcra {
-		l.tat, d = l.rate.Acquire(l.tat, t, n)
+	if b := &l.b; b.gcra {
+		b.tat, d = b.rate.Acquire(b.tat, t, n)
 	} else {
-		d = l.log.Acquire(l.window, t, n)
+		d = b.log.Acquire(b.window, t, n)
 	}
 	l.mu.Unlock()
 	return d, nil
@@ -72,10 +104,10 @@ func (l *Limiter) Available(now int64) Availability {
 	t := clampNow(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.gcra {
-		return l.rate.Available(l.tat, t)
+	if b := &l.b; b.gcra {
+		return b.rate.Available(b.tat, t)
 	}
-	return l.log.Available(l.window, t)
+	return l.b.log.Available(l.b.window, t)
 }
 
 // MaxNanos is the latest instant the algorithms distinguish, in the year

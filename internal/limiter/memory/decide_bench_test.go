@@ -13,7 +13,10 @@ import (
 
 // BenchmarkDecide sets a joint decision of three limiters of one group
 // beside a single acquisition and a joint decision of one, in the same run,
-// on 1,000 groups of three limiters: serially, and from every core.
+// on 1,000 groups of three limiters: serially, and from every core. The
+// keyed cases do the same with two keyed limiters (per IP and per user,
+// 1,000 keys each) and a plain one of one group: a keyed acquisition, and a
+// decision of a key of each and the plain limiter.
 func BenchmarkDecide(b *testing.B) {
 	ctx := context.Background()
 	s := memory.New(nil, 0)
@@ -33,6 +36,19 @@ func BenchmarkDecide(b *testing.B) {
 		one[g] = []limiter.Item{{Name: name(g, 0), Permits: 1}}
 		three[g] = []limiter.Item{{Name: name(g, 0), Permits: 1}, {Name: name(g, 1), Permits: 1}, {Name: name(g, 2), Permits: 1}}
 	}
+	for _, def := range []limiter.Definition{
+		{Name: "k-ip", Policy: p, Group: "k", Keyed: true, MaxKeys: groups},
+		{Name: "k-user", Policy: p, Group: "k", Keyed: true, MaxKeys: groups},
+		{Name: "k-global", Policy: p, Group: "k"},
+	} {
+		if _, err := s.Put(ctx, def); err != nil {
+			b.Fatal(err)
+		}
+	}
+	keyed := make([][]limiter.Item, groups)
+	for g := range groups {
+		keyed[g] = []limiter.Item{{Name: "k-ip", Key: fmt.Sprintf("10.0.%d.%d", g/256, g%256), Permits: 1}, {Name: "k-user", Key: fmt.Sprintf("user-%d", g), Permits: 1}, {Name: "k-global", Permits: 1}}
+	}
 	calls := []struct {
 		name string
 		call func(g int) error
@@ -40,6 +56,8 @@ func BenchmarkDecide(b *testing.B) {
 		{"acquire", func(g int) error { _, err := s.Acquire(ctx, one[g][0].Name, 1); return err }},
 		{"decide-1", func(g int) error { _, err := s.Decide(ctx, one[g], limiter.Take, ""); return err }},
 		{"decide-3", func(g int) error { _, err := s.Decide(ctx, three[g], limiter.Take, ""); return err }},
+		{"acquire-key", func(g int) error { _, err := s.AcquireKey(ctx, "k-user", keyed[g][1].Key, 1); return err }},
+		{"decide-3-keyed", func(g int) error { _, err := s.Decide(ctx, keyed[g], limiter.Take, ""); return err }},
 	}
 	for _, cl := range calls {
 		b.Run("serial/"+cl.name, func(b *testing.B) {

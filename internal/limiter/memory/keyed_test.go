@@ -66,7 +66,10 @@ func TestKeyedLifecycle(t *testing.T) {
 	for name, err := range map[string]error{
 		"Acquire":   func() error { _, err := s.Acquire(ctx, "per-user", 1); return err }(),
 		"Available": func() error { _, err := s.Available(ctx, "per-user"); return err }(),
-		"Decide":    func() error { _, err := s.Decide(ctx, []limiter.Item{{Name: "per-user", Permits: 1}}, limiter.Take, ""); return err }(),
+		"Decide": func() error {
+			_, err := s.Decide(ctx, []limiter.Item{{Name: "per-user", Permits: 1}}, limiter.Take, "")
+			return err
+		}(),
 	} {
 		if !errors.Is(err, limiter.ErrKeyMismatch) {
 			t.Errorf("%s on a keyed limiter: got %v, want ErrKeyMismatch", name, err)

@@ -44,6 +44,8 @@ import (
 // per-IP tenants do. Times are nanoseconds on the caller's limiter.Clock.
 type Keys struct {
 	policy limiter.Policy
+	id     uint64         // orders the locks of joint decisions; see keys_joint.go
+	proto  limiter.Bucket // a full bucket of policy
 	// table is gcra or log, whichever is not nil. The hot paths call them
 	// directly, not through the interface, so that escape analysis sees
 	// that no table retains the key it is given (the log table copies the
@@ -85,7 +87,7 @@ type KeyStats struct {
 // limiter.Policy.Validate), remembering at most maxKeys keys (at least 1).
 func NewKeys(p limiter.Policy, maxKeys int) *Keys {
 	p = p.Normalize()
-	k := &Keys{policy: p}
+	k := &Keys{policy: p, id: limiter.NextID(), proto: limiter.NewBucket(p)}
 	if p.Algorithm == limiter.GCRA {
 		k.gcra = newGCRATable(p, int64(maxKeys))
 		k.table = k.gcra

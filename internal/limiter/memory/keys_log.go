@@ -68,8 +68,10 @@ func newLogTable(p limiter.Policy, maxKeys int64) *logTable {
 	return st
 }
 
-func (st *logTable) shard(key string) *logShard {
-	return &st.shards[maphash.String(st.seed, key)&(numShards-1)]
+func (st *logTable) shard(key string) *logShard { return &st.shards[st.shardIndex(key)] }
+
+func (st *logTable) shardIndex(key string) int {
+	return int(maphash.String(st.seed, key) & (numShards - 1))
 }
 
 // granted re-indexes t after a grant at now that was decided as d.

@@ -90,6 +90,9 @@ func (s *Store) Reserve(_ context.Context, items []limiter.Item, ttl time.Durati
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
+	if j.keyed {
+		return limiter.Verdict{}, limiter.ErrKeyedReservation
+	}
 	reserve := func() (limiter.Verdict, error) {
 		now := s.clock.Now()
 		if !s.rsv.claim(now) {

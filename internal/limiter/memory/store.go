@@ -276,17 +276,32 @@ func (s *Store) keyed(name string) (*Keys, error) {
 }
 
 // Decide decides items together, all or nothing, at one reading of the
-// clock (see limiter.DecideAll): no lock but those of the limiters named is
-// taken while they are decided, and, with once, that of the key's shard of
-// the idempotency table, which holds at most limiter.MaxOnce keys.
+// clock (see limiter.DecideAll): no lock but those of the limiters named
+// (and of the shards of the keys named) is taken while they are decided,
+// and, with once, that of the key's shard of the idempotency table, which
+// holds at most limiter.MaxOnce keys. See keys_joint.go for keys.
 func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
 	j, err := s.joint(items)
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
 	decide := func() (limiter.Verdict, error) {
-		found := limiter.DecideAll(s.clock.Now(), j.ls, j.totals, mode)
-		return limiter.NewVerdict(items, found, j.index), nil
+		if !j.keyed {
+			found := limiter.DecideAll(s.clock.Now(), j.ls, j.totals, mode)
+			return limiter.NewVerdict(items, found, j.index), nil
+		}
+		for range maxVictimAttempts {
+			found, retry := decideParts(s.clock.Now(), j.parts, j.totals, mode)
+			if !retry {
+				return limiter.NewVerdict(items, found, j.index), nil
+			}
+		}
+		// Room made for a key kept going to others: deny, as an
+		// acquisition that cannot find room does.
+		found, _ := decideParts(s.clock.Now(), j.parts, j.totals, limiter.Peek)
+		v := limiter.NewVerdict(items, found, j.index)
+		v.Allowed = false
+		return v, nil
 	}
 	if once == "" {
 		return decide()
@@ -294,34 +309,43 @@ func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mod
 	return s.once.do(j.scope+"\x00"+once, limiter.Fingerprint(items, mode), s.clock.Now(), decide)
 }
 
-// joint is what a decision needs of the store: its limiters, in the order
-// of limiter.Totals, and the Scope of its idempotency keys and
+// joint is what a decision needs of the store: its limiters (and keys),
+// in the order of limiter.Parts, and the Scope of its idempotency keys and
 // reservations.
 type joint struct {
 	names  []string
 	totals []int64
 	index  []int
-	ls     []*limiter.Limiter
+	ls     []*limiter.Limiter // the limiters, when none is keyed
+	parts  []part             // the limiters and keys, when one is keyed
+	keyed  bool
 	scope  string
 }
 
-// joint finds the limiters of items and checks their groups.
+// joint finds the limiters of items, checks their keys against their
+// definitions, and checks their groups.
 func (s *Store) joint(items []limiter.Item) (joint, error) {
-	names, totals, index := limiter.Totals(items)
-	j := joint{names: names, totals: totals, index: index, ls: make([]*limiter.Limiter, len(names))}
+	ps, index := limiter.Parts(items)
+	j := joint{names: make([]string, len(ps)), totals: make([]int64, len(ps)), index: index, ls: make([]*limiter.Limiter, len(ps)), parts: make([]part, len(ps))}
 	groups := make([]string, len(items))
 	s.mu.RLock()
-	for k, name := range names {
-		e, ok := s.byKey[name]
+	for k, p := range ps {
+		e, ok := s.byKey[p.Name]
 		if !ok {
 			s.mu.RUnlock()
-			return joint{}, &limiter.MissingError{Name: name}
+			return joint{}, &limiter.MissingError{Name: p.Name}
 		}
-		if e.keys != nil {
+		if keyed := e.keys != nil; keyed != (p.Key != "") {
 			s.mu.RUnlock()
-			return joint{}, limiter.KeyMismatch(name, true)
+			return joint{}, limiter.KeyMismatch(p.Name, keyed)
 		}
-		j.ls[k] = e.l
+		j.names[k], j.totals[k] = p.Name, p.Permits
+		if e.keys != nil {
+			j.keyed = true
+			j.parts[k].cell = e.keys.newCell(p.Key)
+		} else {
+			j.ls[k], j.parts[k].l = e.l, e.l
+		}
 		for i := range items {
 			if index[i] == k {
 				groups[i] = e.group

@@ -66,6 +66,12 @@ type call struct {
 
 // decideAt is a decision at nowMicros (see acquire); only tests pass one.
 func (s *Store) decideAt(ctx context.Context, items []limiter.Item, c call, nowMicros string) (limiter.Verdict, error) {
+	for _, it := range items {
+		if it.Key != "" {
+			// No limiter of this store is keyed.
+			return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", s.notKeyed(ctx, it.Name))
+		}
+	}
 	names, totals, index := limiter.Totals(items)
 	var unknown []string
 	for _, name := range names {

@@ -24,6 +24,9 @@ func testKeyed(t *testing.T, s limiter.Store) {
 		if _, err := s.AcquireKey(ctx(t), "plain", "alice", 1); !errors.Is(err, limiter.ErrKeyMismatch) {
 			t.Errorf("AcquireKey on a limiter that is not keyed: got %v, want ErrKeyMismatch", err)
 		}
+		if _, err := s.Decide(ctx(t), []limiter.Item{{Name: "plain", Key: "alice", Permits: 1}}, limiter.Take, ""); !errors.Is(err, limiter.ErrKeyMismatch) {
+			t.Errorf("Decide with a key of a limiter that is not keyed: got %v, want ErrKeyMismatch", err)
+		}
 		if _, err := s.Lowest(ctx(t), "missing", 1); !errors.Is(err, limiter.ErrNotFound) {
 			t.Errorf("Lowest of an unknown limiter: got %v, want ErrNotFound", err)
 		}
@@ -84,5 +87,27 @@ func testKeyed(t *testing.T, s limiter.Store) {
 	}
 	if a, _ := s.AvailableKey(ctx(t), "per-user", "alice"); a.Remaining != 4 {
 		t.Errorf("alice after the refused calls: %d left, want 4", a.Remaining)
+	}
+
+	// A joint decision names keys: two items of alice's are summed.
+	alice := []limiter.Item{{Name: "per-user", Key: "alice", Permits: 3}, {Name: "per-user", Key: "alice", Permits: 1}}
+	v, err := s.Decide(ctx(t), alice, limiter.Take, "")
+	if err != nil || !v.Allowed || v.Checks[0].Remaining != 0 || v.Checks[1].Key != "alice" {
+		t.Errorf("Decide of alice's last 4: got %+v, %v, want allowed with 0 left", v, err)
+	}
+	if v, err := s.Decide(ctx(t), alice[1:], limiter.Take, ""); err != nil || v.Allowed {
+		t.Errorf("Decide of one more: got %+v, %v, want denied", v, err)
+	}
+	for name, items := range map[string][]limiter.Item{
+		"two keys of a limiter in no group": {{Name: "per-user", Key: "alice", Permits: 1}, {Name: "per-user", Key: "bob", Permits: 1}},
+		"a keyed limiter without its key":   {{Name: "per-user", Permits: 1}},
+		"a key of a plain limiter":          {{Name: "plain", Key: "bob", Permits: 1}},
+	} {
+		if _, err := s.Decide(ctx(t), items, limiter.Take, ""); !errors.Is(err, limiter.ErrCrossGroup) && !errors.Is(err, limiter.ErrKeyMismatch) {
+			t.Errorf("Decide of %s: got %v, want ErrCrossGroup or ErrKeyMismatch", name, err)
+		}
+	}
+	if a, _ := s.AvailableKey(ctx(t), "per-user", "bob"); a.Remaining != 9 {
+		t.Errorf("bob after the refused decisions: %d left, want 9", a.Remaining)
 	}
 }
