@@ -28,7 +28,7 @@ func TestKeyed(t *testing.T) {
 		}
 		return *res.JSON200
 	}
-	if d := acquire("user-42", 3); !d.Allowed || d.Remaining != 2 || strPtr(d.Key) != "user-42" {
+	if d := acquire("user-42", 3); !d.Allowed || d.Remaining != 2 || d.Key == nil || *d.Key != "user-42" {
 		t.Errorf("user-42 3: got %+v, want allowed with 2 left", d)
 	}
 	if d := acquire("user-42", 3); d.Allowed || d.Remaining != 2 || d.RetryAfterMs == nil {
