@@ -202,7 +202,7 @@ var settings = []setting{
 		name: "tenant-max-bytes", env: "RATELIMITER_TENANT_MAX_BYTES", file: "tenants.max_bytes", def: "256MiB", arg: "bytes", group: groupTenants,
 		usage: "Most memory the per-IP state may take under a spray of distinct addresses, in bytes or with a KiB, MiB " +
 			"or GiB suffix; lowers --tenant-max to what " +
-			"it holds, after 640 KiB for the tables, at the policy's worst case per requester (memory backend: 80 bytes under GCRA; under the sliding " +
+			"it holds, after 640 KiB for the tables, at the policy's worst case per requester (memory backend: 48 bytes under GCRA; under the sliding " +
 			"log 240 plus 16 per slot of its log, a power of two at or above min(limit, 4096); Redis backend: 384 bytes " +
 			"under GCRA; under the sliding log 512 plus 16 per log element up to 128 elements, 160 per element above, " +
 			"with 1 + min(limit, 4096) elements).",

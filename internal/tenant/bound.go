@@ -22,7 +22,7 @@ const keyLen = len(keyBytes{})
 
 // TenantBytes returns the most memory, in bytes, one remembered tenant of
 // policy p can hold in a Registry: memory.KeyBytes for its 8-byte key.
-// Under GCRA it is 80 whatever the policy. Under the sliding log it is 240
+// Under GCRA it is 48 whatever the policy. Under the sliding log it is 240
 // plus 16 per slot of the tenant's ring of grants, which grows in powers
 // of two up to min(Limit, 4096) slots (at least 4), and never shrinks while
 // the tenant is remembered: at a Limit of 100, 240 + 16·128 = 2288 bytes.

@@ -70,8 +70,8 @@ func TestTenantBytes(t *testing.T) {
 		limit int64
 		want  int64
 	}{
-		{limiter.GCRA, 1, 80},
-		{limiter.GCRA, limiter.MaxLimit, 80},
+		{limiter.GCRA, 1, 48},
+		{limiter.GCRA, limiter.MaxLimit, 48},
 		{limiter.SlidingLog, 1, 240 + 16*4}, // the smallest ring
 		{limiter.SlidingLog, 4, 240 + 16*4},
 		{limiter.SlidingLog, 5, 240 + 16*8},

@@ -69,7 +69,7 @@ func TestNewValidates(t *testing.T) {
 		{"prefix 1, one tenant", Config{Policy: valid, IPv6Prefix: 1, MaxTenants: 1}, nil},
 		{"negative max bytes", Config{Policy: valid, MaxBytes: -1}, ErrInvalidConfig},
 		{"max bytes below one tenant", Config{Policy: valid, MaxBytes: TableBytes + 47}, ErrInvalidConfig},
-		{"max bytes of one tenant", Config{Policy: valid, MaxBytes: TableBytes + 80}, nil},
+		{"max bytes of one tenant", Config{Policy: valid, MaxBytes: TableBytes + 48}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 // IPv4 addresses against its bound (Config.MaxBytes) and fails when the
 // live heap or the tenants remembered pass it. By default it sprays 50,000
 // addresses at a MaxBytes of 1 MiB, under each algorithm, which the bound
-// caps at 4,915 GCRA tenants and 171 sliding logs. RATELIMITER_SPRAY sets
+// caps at 8,192 GCRA tenants and 171 sliding logs. RATELIMITER_SPRAY sets
 // the number of addresses for one configuration per process instead, so
 // that the peak RSS is its own:
 //

@@ -71,9 +71,9 @@ type Config struct {
 	// MaxTenants bounds how many tenants are remembered at once, from 1 up;
 	// 0 means DefaultMaxTenants. MaxBytes may lower it. Memory grows with
 	// the tenants remembered, never beyond this bound: under GCRA a tenant
-	// costs 33 to 47 bytes and its 8-byte key in the table's arena; under
-	// the sliding log about 170 bytes plus its ring of grants (see
-	// TenantBytes for the worst cases).
+	// costs 33 to 47 bytes, its 8-byte key in its slot; under the sliding
+	// log about 170 bytes plus its ring of grants (see TenantBytes for the
+	// worst cases).
 	//
 	// When a tenant not yet remembered takes permits while the registry
 	// holds MaxTenants tenants, room is made without ever freeing a tenant

@@ -168,7 +168,7 @@ func scanLowest(ks *Keys, now int64, k int) []limiter.KeyEntry {
 	rows := top.sorted()
 	es := make([]limiter.KeyEntry, len(rows))
 	for i, x := range rows {
-		es[i] = limiter.KeyEntry{Key: string(x.r.key), Availability: x.av}
+		es[i] = limiter.KeyEntry{Key: string(x.r.key.bytes()), Availability: x.av}
 	}
 	return es
 }

@@ -13,10 +13,10 @@ const (
 	// bytes of bounds per 8 slots, and 1/7 more above), at the lowest load
 	// a table reaches after growing, 9/16: 47 bytes, rounded up.
 	gcraKeyBytes = 48
-	// gcraArenaFactor is the most arena bytes a key's byte takes: an arena
-	// holds its live keys' bytes and at most as many of dropped keys
-	// before it is compacted, and its capacity is at most twice its
-	// length.
+	// gcraArenaFactor is the most arena bytes a byte of a key longer than
+	// inlineKey takes (shorter keys live in their slot): an arena holds
+	// its live keys' bytes and at most as many of dropped keys before it
+	// is compacted, and its capacity is at most twice its length.
 	gcraArenaFactor = 4
 	// logKeyBytes is everything of a sliding-log key but its ring of
 	// grants and its bytes: its 72-byte state in an 80-byte allocation,
@@ -43,8 +43,8 @@ const (
 )
 
 // KeyBytes returns the most memory, in bytes, one remembered key of keyLen
-// bytes can hold in a Keys under policy p. Under GCRA it is 48 plus 4 per
-// byte of the key, whatever the policy. Under the sliding log it is 224
+// bytes can hold in a Keys under policy p. Under GCRA it is 48, plus 4 per
+// byte of a key longer than 8 bytes, whatever the policy. Under the sliding log it is 224
 // plus 2 per byte of the key plus 16 per slot of the key's ring of grants,
 // which grows in powers of two up to min(Limit, 4096) slots (at least 4),
 // and never shrinks while the key is remembered: for a key of 8 bytes at a
@@ -54,6 +54,9 @@ const (
 func KeyBytes(p limiter.Policy, keyLen int) int64 {
 	p = p.Normalize()
 	if p.Algorithm == limiter.GCRA {
+		if keyLen <= inlineKey {
+			return gcraKeyBytes
+		}
 		return gcraKeyBytes + gcraArenaFactor*int64(keyLen)
 	}
 	return logKeyBytes + logKeyByteFactor*int64(keyLen) + logEntryBytes*ringSlots(p.Limit)

@@ -37,18 +37,21 @@ func (s *gcraShard) check(st *gcraTable, si int) error {
 			continue
 		}
 		live++
-		key := string(s.key(i))
+		r := s.key(i)
+		key := string(r.bytes())
 		h := st.hash(key)
 		if st.shard(h) != s {
 			return fmt.Errorf("shard %d: key %q belongs to another shard", si, key)
 		}
-		if sl.fp != fingerprint(h) {
+		if sl.n > inlineKey && sl.fp != fingerprint(h) {
 			return fmt.Errorf("shard %d: key %q has fingerprint %#x, want %#x", si, key, sl.fp, fingerprint(h))
 		}
 		if j, found := s.find(key, h); !found || j != i {
 			return fmt.Errorf("shard %d: key %q in slot %d, find gives %d, %v", si, key, i, j, found)
 		}
-		liveBytes += int(sl.n)
+		if sl.n > inlineKey {
+			liveBytes += int(sl.n)
+		}
 	}
 	if liveBytes+s.dead != len(s.arena) {
 		return fmt.Errorf("shard %d: arena of %d bytes holds %d live and %d dead", si, len(s.arena), liveBytes, s.dead)

@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"hash/maphash"
 	"math"
 	"math/bits"
@@ -57,8 +58,10 @@ const (
 	slotDeleted
 )
 
-// slot is one key's state: 24 bytes. fp is the high half of the key's hash,
-// compared before the key's bytes (arena[off:off+n]) while probing.
+// slot is one key's state: 24 bytes. A key of up to inlineKey bytes is
+// held in fp and off (see pack); a longer one in the arena, at
+// arena[off:off+n], with fp the high half of its hash, compared before its
+// bytes while probing.
 type slot struct {
 	ns    int64
 	frac  uint32
@@ -67,6 +70,38 @@ type slot struct {
 	n     uint16
 	state uint16
 }
+
+// inlineKey is the longest key a slot holds itself: the per-IP tenants'
+// 8-byte keys cost no arena bytes, and finding one reads no more than its
+// slot.
+const inlineKey = 8
+
+// pack returns the fp and off fields of a slot holding key, of at most
+// inlineKey bytes, inline.
+func pack(key string) (hi, lo uint32) {
+	var b [inlineKey]byte
+	copy(b[:], key)
+	return binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[:4])
+}
+
+// keyRef is a key as a GCRA shard holds it: up to inlineKey bytes copied
+// out of its slot, longer ones a slice of the shard's arena. The arena only
+// grows until a rebuild replaces it, so a keyRef stays valid and unchanged
+// after the shard's lock is released.
+type keyRef struct {
+	ext []byte
+	in  [inlineKey]byte
+	n   uint8
+}
+
+func (r *keyRef) bytes() []byte {
+	if r.ext != nil {
+		return r.ext
+	}
+	return r.in[:r.n]
+}
+
+func compareKeys(a, b *keyRef) int { return bytes.Compare(a.bytes(), b.bytes()) }
 
 func (sl *slot) tat() limiter.TAT { return limiter.TAT{NS: sl.ns, Frac: sl.frac} }
 
@@ -125,12 +160,16 @@ func (s *gcraShard) home(h uint64) int {
 	return int(i)
 }
 
-// key returns the bytes of the key in slot i. The arena only grows until a
-// rebuild replaces it, so the slice stays valid and unchanged after the
-// shard's lock is released.
-func (s *gcraShard) key(i int) []byte {
+// key returns the key in slot i.
+func (s *gcraShard) key(i int) keyRef {
 	sl := s.slot(i)
-	return s.arena[sl.off : sl.off+uint32(sl.n) : sl.off+uint32(sl.n)]
+	if sl.n > inlineKey {
+		return keyRef{ext: s.arena[sl.off : sl.off+uint32(sl.n) : sl.off+uint32(sl.n)]}
+	}
+	r := keyRef{n: uint8(sl.n)}
+	binary.LittleEndian.PutUint32(r.in[:4], sl.off)
+	binary.LittleEndian.PutUint32(r.in[4:], sl.fp)
+	return r
 }
 
 // resize replaces the table by an empty one of at least n slots; the index
@@ -150,7 +189,11 @@ func (s *gcraShard) find(key string, h uint64) (int, bool) { return s.findFrom(k
 
 func (s *gcraShard) findFrom(key string, h uint64, home int) (int, bool) {
 	free := -1
-	fp := fingerprint(h)
+	short := len(key) <= inlineKey
+	fp, off := fingerprint(h), uint32(0)
+	if short {
+		fp, off = pack(key)
+	}
 	for i := home; ; {
 		sl := s.slot(i)
 		switch sl.state {
@@ -160,7 +203,7 @@ func (s *gcraShard) findFrom(key string, h uint64, home int) (int, bool) {
 			}
 			return free, false
 		case slotLive:
-			if sl.fp == fp && int(sl.n) == len(key) && string(s.arena[sl.off:sl.off+uint32(sl.n)]) == key {
+			if sl.fp == fp && int(sl.n) == len(key) && (short && sl.off == off || !short && string(s.arena[sl.off:sl.off+uint32(sl.n)]) == key) {
 				return i, true
 			}
 		case slotDeleted:
@@ -237,9 +280,13 @@ func (s *gcraShard) insert(st *gcraTable, key string, h uint64, i int, tat limit
 	if s.slot(i).state == slotEmpty {
 		s.used++
 	}
-	off := len(s.arena)
-	s.arena = append(s.arena, key...)
-	*s.slot(i) = slot{ns: tat.NS, frac: tat.Frac, fp: fingerprint(h), off: uint32(off), n: uint16(len(key)), state: slotLive}
+	fp, off := fingerprint(h), uint32(len(s.arena))
+	if len(key) <= inlineKey {
+		fp, off = pack(key)
+	} else {
+		s.arena = append(s.arena, key...)
+	}
+	*s.slot(i) = slot{ns: tat.NS, frac: tat.Frac, fp: fp, off: off, n: uint16(len(key)), state: slotLive}
 	s.live++
 	s.added(i, tat)
 }
@@ -249,7 +296,9 @@ func (s *gcraShard) insert(st *gcraTable, key string, h uint64, i int, tat limit
 func (s *gcraShard) remove(i int) {
 	sl := s.slot(i)
 	sl.state = slotDeleted
-	s.dead += int(sl.n)
+	if sl.n > inlineKey {
+		s.dead += int(sl.n)
+	}
 	s.live--
 	s.refresh(i / fanout)
 }
@@ -286,7 +335,9 @@ func (s *gcraShard) rebuild(st *gcraTable, now int64, want int) {
 		for i := range old[b].slots {
 			if sl := &old[b].slots[i]; keep(sl) {
 				kept++
-				size += int(sl.n)
+				if sl.n > inlineKey {
+					size += int(sl.n)
+				}
 			}
 		}
 	}
@@ -303,11 +354,19 @@ func (s *gcraShard) rebuild(st *gcraTable, now int64, want int) {
 			if !keep(sl) {
 				continue
 			}
-			key := oldArena[sl.off : sl.off+uint32(sl.n)]
-			j, _ := s.find(string(key), st.hash(string(key)))
 			moved := *sl
-			moved.off = uint32(len(s.arena))
-			s.arena = append(s.arena, key...)
+			var key []byte
+			if sl.n > inlineKey {
+				key = oldArena[sl.off : sl.off+uint32(sl.n)]
+				moved.off = uint32(len(s.arena))
+				s.arena = append(s.arena, key...)
+			} else {
+				r := keyRef{n: uint8(sl.n)}
+				binary.LittleEndian.PutUint32(r.in[:4], sl.off)
+				binary.LittleEndian.PutUint32(r.in[4:], sl.fp)
+				key = r.bytes()
+			}
+			j, _ := s.find(string(key), st.hash(string(key)))
 			*s.slot(j) = moved
 		}
 	}
@@ -329,7 +388,8 @@ func (st *gcraTable) admitAtBound(key string, h uint64, now, n int64) (limiter.D
 		}
 		vs := v.s
 		vs.mu.Lock()
-		i, found := vs.find(string(v.key), st.hash(string(v.key)))
+		vkey := string(v.key.bytes())
+		i, found := vs.find(vkey, st.hash(vkey))
 		if !found || vs.slot(i).tat() != v.tat {
 			vs.mu.Unlock() // it acquired meanwhile: look again
 			continue
@@ -362,12 +422,11 @@ func (st *gcraTable) admitAtBound(key string, h uint64, now, n int64) (limiter.D
 	return tableFull(n, st.limit, st.interval), true
 }
 
-// candidate is a key found in a shard: a victim, or a Lowest candidate.
-// key is a slice of the shard's arena, valid after the lock is released.
+// candidate is a key found in a shard: the victim of an eviction.
 type candidate struct {
 	s   *gcraShard
 	tat limiter.TAT
-	key []byte
+	key keyRef
 }
 
 // victim finds the key Keys evicts first: the earliest TAT, and among
@@ -395,7 +454,7 @@ func (st *gcraTable) victim() (v candidate, ok bool) {
 		sh.mu.Lock()
 		if j := sh.earliest(); j >= 0 {
 			c := candidate{s: sh, tat: sh.slot(j).tat(), key: sh.key(j)}
-			if !ok || evictsBefore(c.tat, c.key, v.tat, v.key) {
+			if !ok || evictsBefore(c.tat, &c.key, v.tat, &v.key) {
 				v, ok = c, true
 			}
 		}
@@ -406,11 +465,11 @@ func (st *gcraTable) victim() (v candidate, ok bool) {
 
 // evictsBefore orders keys for eviction: earliest TAT first, then largest
 // key, the reverse of Lowest's order.
-func evictsBefore(t limiter.TAT, k []byte, u limiter.TAT, l []byte) bool {
+func evictsBefore(t limiter.TAT, k *keyRef, u limiter.TAT, l *keyRef) bool {
 	if c := t.Compare(u); c != 0 {
 		return c < 0
 	}
-	return bytes.Compare(k, l) > 0
+	return compareKeys(k, l) > 0
 }
 
 func (st *gcraTable) available(key string, now int64) (limiter.Availability, bool) {
@@ -444,10 +503,10 @@ func (st *gcraTable) availableAtBound(now int64) (limiter.Availability, bool) {
 	return tableFullAvailability(st.limit, vd.RetryAfter), true
 }
 
-// gcraRanked is a Lowest candidate; key is a slice of its shard's arena.
+// gcraRanked is a Lowest candidate.
 type gcraRanked struct {
 	tat limiter.TAT
-	key []byte
+	key keyRef
 }
 
 // ranksBefore is Lowest's order: latest TAT first, then smallest key.
@@ -455,7 +514,7 @@ func ranksBefore(a, b gcraRanked) bool {
 	if c := a.tat.Compare(b.tat); c != 0 {
 		return c > 0
 	}
-	return bytes.Compare(a.key, b.key) < 0
+	return compareKeys(&a.key, &b.key) < 0
 }
 
 func (st *gcraTable) lowest(_ context.Context, now int64, k int) ([]limiter.KeyEntry, error) {
@@ -495,7 +554,7 @@ func (st *gcraTable) lowest(_ context.Context, now int64, k int) ([]limiter.KeyE
 	best := top.sorted()
 	out := make([]limiter.KeyEntry, len(best))
 	for i, b := range best {
-		out[i] = limiter.KeyEntry{Key: string(b.key), Availability: st.rate.Available(b.tat, now)}
+		out[i] = limiter.KeyEntry{Key: string(b.key.bytes()), Availability: st.rate.Available(b.tat, now)}
 	}
 	return out, nil
 }

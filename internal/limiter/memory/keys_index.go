@@ -210,7 +210,17 @@ func (s *gcraShard) earliestIn(l, j int, best *int) {
 			if sl.state != slotLive {
 				continue
 			}
-			if *best < 0 || evictsBefore(sl.tat(), s.key(i), s.slot(*best).tat(), s.key(*best)) {
+			if *best < 0 {
+				*best = i
+				continue
+			}
+			// Keys are read only to break a tie (see evictsBefore).
+			c := sl.tat().Compare(s.slot(*best).tat())
+			if c == 0 {
+				ki, kb := s.key(i), s.key(*best)
+				c = -compareKeys(&ki, &kb)
+			}
+			if c < 0 {
 				*best = i
 			}
 		}

@@ -45,8 +45,8 @@ func TestIndexUpdates(t *testing.T) {
 				switch {
 				case sl.state != slotLive:
 					key := fmt.Sprint(i)
-					*sl = slot{ns: tat.NS, frac: tat.Frac, off: uint32(len(s.arena)), n: uint16(len(key)), state: slotLive}
-					s.arena = append(s.arena, key...)
+					fp, off := pack(key)
+					*sl = slot{ns: tat.NS, frac: tat.Frac, fp: fp, off: off, n: uint16(len(key)), state: slotLive}
 					s.live++
 					s.added(i, tat)
 				case rng.IntN(2) == 0:
@@ -65,7 +65,8 @@ func TestIndexUpdates(t *testing.T) {
 				}
 				if j := s.earliest(); j >= 0 && (step%8 == 0 || s.nslots <= 64) {
 					for x := range s.nslots {
-						if y := s.slot(x); y.state == slotLive && evictsBefore(y.tat(), s.key(x), s.slot(j).tat(), s.key(j)) {
+						kx, kj := s.key(x), s.key(j)
+						if y := s.slot(x); y.state == slotLive && evictsBefore(y.tat(), &kx, s.slot(j).tat(), &kj) {
 							t.Fatalf("step %d: earliest is slot %d, but slot %d comes before", step, j, x)
 						}
 					}

@@ -176,7 +176,8 @@ func (st *gcraTable) makeRoom(now int64) (bool, time.Duration) {
 		}
 		vs := v.s
 		vs.mu.Lock()
-		i, found := vs.find(string(v.key), st.hash(string(v.key)))
+		vkey := string(v.key.bytes())
+		i, found := vs.find(vkey, st.hash(vkey))
 		if !found || vs.slot(i).tat() != v.tat {
 			vs.mu.Unlock()
 			continue
