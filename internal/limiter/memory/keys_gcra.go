@@ -146,8 +146,16 @@ func newGCRATable(p limiter.Policy, maxKeys int64) *gcraTable {
 }
 
 // hash is keyed with a per-table random seed, so that nobody can choose
-// keys that pile up in one shard or one probe sequence.
-func (st *gcraTable) hash(key string) uint64 { return maphash.String(st.seed, key) }
+// keys that pile up in one shard or one probe sequence. A key of up to
+// inlineKey bytes is hashed as its packed form and length, which costs
+// less than hashing its bytes.
+func (st *gcraTable) hash(key string) uint64 {
+	if len(key) <= inlineKey {
+		hi, lo := pack(key)
+		return maphash.Comparable(st.seed, uint64(hi)<<32|uint64(lo)) ^ uint64(len(key))
+	}
+	return maphash.String(st.seed, key)
+}
 
 // shard picks a shard from the low bits of h, home the slot from its
 // high bits, and the fingerprint is its high half.
