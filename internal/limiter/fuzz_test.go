@@ -143,3 +143,34 @@ func FuzzParseReservationID(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheckKey holds CheckKey to its rule, written out rune by rune: 1 to
+// MaxKeyLen bytes of valid UTF-8, none of them a C0 or C1 control
+// character or DEL. So an accepted key never holds the NUL that
+// Fingerprint and Scope put between a name and its key.
+func FuzzCheckKey(f *testing.F) {
+	for _, s := range []string{"user-42", "", "a\x00b", "\x7f", "\u0085", "é", "\xff", strings.Repeat("k", limiter.MaxKeyLen), strings.Repeat("é", 65), "/v1/search?q=1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		want := len(key) >= 1 && len(key) <= limiter.MaxKeyLen
+		for i, r := range key {
+			if r == '\uFFFD' && !strings.HasPrefix(key[i:], "\uFFFD") {
+				want = false // invalid UTF-8
+			}
+			if r < 0x20 || r >= 0x7f && r <= 0x9f {
+				want = false
+			}
+		}
+		err := limiter.CheckKey(key)
+		if got := err == nil; got != want {
+			t.Fatalf("CheckKey(%q) = %v, want accepted %v", key, err, want)
+		}
+		if err != nil && !errors.Is(err, limiter.ErrInvalidKey) {
+			t.Fatalf("CheckKey(%q) = %v, want it to wrap ErrInvalidKey", key, err)
+		}
+		if err == nil && strings.IndexByte(key, 0) >= 0 {
+			t.Fatalf("CheckKey(%q) accepted a NUL", key)
+		}
+	})
+}
