@@ -22,9 +22,11 @@ const (
 	MaxLowest = 1000
 	// KeyBudget is the most keys a store's keyed limiters may hold
 	// together: the sum of their MaxKeys (see ErrTooManyKeys). It bounds
-	// the embedded store's memory for keys at about 60 bytes plus each
-	// key's length per key (560 bytes at worst, keys of MaxKeyLen bytes
-	// under GCRA): 60 MB for keys of 20 bytes.
+	// the embedded store's memory for keys at about 36 bytes a key of up
+	// to 8 bytes and about its length more for a longer one (560 bytes at
+	// worst, keys of MaxKeyLen bytes under GCRA): 60 MB for keys of 20
+	// bytes. Each keyed limiter also costs about 1 KB before its first key
+	// (its tables grow a shard per 1,024 keys of its MaxKeys, up to 64).
 	KeyBudget = 1_000_000
 )
 

@@ -57,7 +57,7 @@ func TestKeyedDecideMatchesModel(t *testing.T) {
 func runKeyedJoint(t *testing.T, bounded bool, seed uint64) {
 	ctx := context.Background()
 	s, c := newStore(t)
-	maxKeys := 1000
+	maxKeys := 100_000 // 64 shards: keys of one limiter in several
 	if bounded {
 		maxKeys = 3
 	}
@@ -204,7 +204,7 @@ func TestKeyedDecideConcurrent(t *testing.T) {
 	const limit = 150
 	p := limiter.Policy{Limit: limit, Period: 8784 * time.Hour, Algorithm: limiter.SlidingLog}
 	putDef(t, s, limiter.Definition{Name: "global", Policy: limiter.Policy{Limit: 100_000, Period: 8784 * time.Hour}, Group: "g"})
-	putDef(t, s, limiter.Definition{Name: "per-user", Policy: p, Group: "g", Keyed: true, MaxKeys: 1000})
+	putDef(t, s, limiter.Definition{Name: "per-user", Policy: p, Group: "g", Keyed: true, MaxKeys: 100_000}) // 64 shards
 	putDef(t, s, limiter.Definition{Name: "per-ip", Policy: p, Group: "g", Keyed: true, MaxKeys: 1000})
 	users, ips := []string{"u1", "u2", "u3"}, []string{"10.0.0.1", "10.0.0.2"}
 	var (

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -211,6 +212,38 @@ func TestKeyedMatchesReference(t *testing.T) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// TestKeyedLimiterCost: a keyed limiter's tables grow with its max_keys,
+// one shard per 1,024 keys up to 64, so that many small keyed limiters
+// stay cheap: 1,000 of them with max_keys 10 take under 2 KB each
+// (measured: about 1 KB, tables, definition and the store's entry) before
+// any key is used.
+func TestKeyedLimiterCost(t *testing.T) {
+	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
+		t.Run(string(alg), func(t *testing.T) {
+			const n = 1000
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("per-user-%04d", i)
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			s := memory.New(nil, 0)
+			for _, name := range names {
+				putDef(t, s, limiter.Definition{Name: name, Policy: limiter.Policy{Limit: 10, Period: time.Minute, Algorithm: alg}, Keyed: true, MaxKeys: 10})
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+			t.Logf("%d bytes per keyed limiter of max_keys 10", per)
+			if per > 2048 {
+				t.Errorf("a keyed limiter of max_keys 10 takes %d bytes, want at most 2048", per)
+			}
+			runtime.KeepAlive(s)
 		})
 	}
 }

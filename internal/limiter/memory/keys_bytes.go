@@ -39,7 +39,7 @@ const (
 	// key; and each shard's arena may hold minGarbage bytes of dropped keys,
 	// twice over for its capacity. A Keys holds a bound of keys at KeyBytes
 	// each plus TableBytes.
-	TableBytes = 512<<10 + numShards*2*minGarbage
+	TableBytes = 512<<10 + maxShards*2*minGarbage
 )
 
 // KeyBytes returns the most memory, in bytes, one remembered key of keyLen

@@ -31,8 +31,11 @@ import (
 // until a rebuild, never more of them than of live ones.
 
 const (
-	shardBits = 6
-	numShards = 1 << shardBits
+	// A table has one shard per keysPerShard keys of its bound, rounded up
+	// to a power of two, and at most maxShards: a small keyed limiter costs
+	// one shard, about 400 bytes, and the tenants' million get 64.
+	maxShards    = 64
+	keysPerShard = 1024
 
 	// expirePerOp is how many keys with a full bucket an operation drops
 	// at most, so that none costs more than O(expirePerOp·log n).
@@ -128,7 +131,8 @@ type gcraTable struct {
 	interval time.Duration // see refillInterval
 	seed     maphash.Seed
 	admission
-	shards [numShards]gcraShard
+	mask   uint64 // len(shards) - 1
+	shards []gcraShard
 }
 
 func newGCRATable(p limiter.Policy, maxKeys int64) *gcraTable {
@@ -139,10 +143,21 @@ func newGCRATable(p limiter.Policy, maxKeys int64) *gcraTable {
 		seed:     maphash.MakeSeed(),
 	}
 	st.max = maxKeys
+	st.shards = make([]gcraShard, shardsFor(maxKeys))
+	st.mask = uint64(len(st.shards) - 1)
 	for i := range st.shards {
 		st.shards[i].resize(minSlots)
 	}
 	return st
+}
+
+// shardsFor is how many shards a table of at most maxKeys keys has.
+func shardsFor(maxKeys int64) int {
+	n := 1
+	for n < maxShards && int64(n)*keysPerShard < maxKeys {
+		n *= 2
+	}
+	return n
 }
 
 // hash is keyed with a per-table random seed, so that nobody can choose
@@ -159,7 +174,7 @@ func (st *gcraTable) hash(key string) uint64 {
 
 // shard picks a shard from the low bits of h, home the slot from its
 // high bits, and the fingerprint is its high half.
-func (st *gcraTable) shard(h uint64) *gcraShard { return &st.shards[h&(numShards-1)] }
+func (st *gcraTable) shard(h uint64) *gcraShard { return &st.shards[h&st.mask] }
 
 func fingerprint(h uint64) uint32 { return uint32(h >> 32) }
 
@@ -541,7 +556,7 @@ func (st *gcraTable) lowest(_ context.Context, now int64, k int) ([]limiter.KeyE
 		// key whose TAT lies after hi-1: at least k keys lie after the
 		// k-th largest root hi minus 1, and no subtree whose hi is below
 		// that k-th hi can hold one of the k latest.
-		var his [numShards]int64
+		var his [maxShards]int64
 		for i := range roots.n {
 			his[i] = roots.items[i].hi
 		}
@@ -597,7 +612,7 @@ type shardRoot struct {
 
 // rootHeap is a max-heap of shards by root hi.
 type rootHeap struct {
-	items [numShards]shardRoot
+	items [maxShards]shardRoot
 	n     int
 }
 

@@ -46,7 +46,7 @@ func (k *Keys) newCell(key string) cell {
 	c := cell{ks: k, key: key}
 	if k.gcra != nil {
 		c.h = k.gcra.hash(key)
-		c.shard = int(c.h & (numShards - 1))
+		c.shard = int(c.h & k.gcra.mask)
 		c.mu = &k.gcra.shards[c.shard].mu
 	} else {
 		c.shard = k.log.shardIndex(key)

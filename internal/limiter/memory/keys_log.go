@@ -55,12 +55,15 @@ type logTable struct {
 	interval time.Duration // see refillInterval
 	seed     maphash.Seed
 	admission
-	shards [numShards]logShard
+	mask   uint64 // len(shards) - 1
+	shards []logShard
 }
 
 func newLogTable(p limiter.Policy, maxKeys int64) *logTable {
 	st := &logTable{window: limiter.NewWindow(p), limit: p.Limit, interval: refillInterval(p), seed: maphash.MakeSeed()}
 	st.max = maxKeys
+	st.shards = make([]logShard, shardsFor(maxKeys))
+	st.mask = uint64(len(st.shards) - 1)
 	for i := range st.shards {
 		st.shards[i].keys = make(map[string]*logKey)
 		st.shards[i].byReset = btree.NewBTreeGOptions(logEvictsBefore, btree.Options{NoLocks: true})
@@ -71,7 +74,7 @@ func newLogTable(p limiter.Policy, maxKeys int64) *logTable {
 func (st *logTable) shard(key string) *logShard { return &st.shards[st.shardIndex(key)] }
 
 func (st *logTable) shardIndex(key string) int {
-	return int(maphash.String(st.seed, key) & (numShards - 1))
+	return int(maphash.String(st.seed, key) & st.mask)
 }
 
 // granted re-indexes t after a grant at now that was decided as d.

@@ -192,7 +192,7 @@ func TestArenaCompacts(t *testing.T) {
 	for i := range st.shards {
 		total += len(st.shards[i].arena)
 	}
-	if limit := 2*len(keys)*250 + numShards*(minGarbage+250); total > limit {
+	if limit := 2*len(keys)*250 + maxShards*(minGarbage+250); total > limit {
 		t.Errorf("arenas hold %d bytes after 5000 cycles of %d keys of 250 bytes, want at most %d", total, len(keys), limit)
 	}
 }
