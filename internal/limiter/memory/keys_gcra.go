@@ -398,12 +398,35 @@ func (s *gcraShard) rebuild(st *gcraTable, now int64, want int) {
 }
 
 // admitAtBound remembers a newcomer while the table holds its bound of
-// keys, making room as Keys describes, or denies it. The room a victim
-// frees passes straight to the newcomer, so the bound holds at every
-// instant. When concurrent acquisitions keep changing the candidate, it
-// gives up after maxVictimAttempts and denies with a RetryAfter of one
-// permit's refill.
+// keys, making room as Keys describes (see evict), or denies it. The room
+// the victim frees passes straight to the newcomer, so the bound holds at
+// every instant.
 func (st *gcraTable) admitAtBound(key string, h uint64, now, n int64) (limiter.Decision, bool) {
+	evicted, wait := st.evict(now)
+	if !evicted {
+		return tableFull(n, st.limit, wait), true
+	}
+	s := st.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, found := s.find(key, h)
+	if found {
+		// Remembered meanwhile by a concurrent acquisition.
+		st.release(1)
+		return s.take(st, i, now, n), false
+	}
+	tat, d := st.rate.Acquire(limiter.TAT{}, now, n)
+	s.insert(st, key, h, i, tat, now)
+	return d, false
+}
+
+// evict removes the key Keys evicts first when it has a permit left (a
+// full bucket has, and is dropped here too), and keeps its unit of room for
+// the caller: evicted is then true. Otherwise that key is limited, and wait
+// is how long until it regains a permit. When concurrent acquisitions keep
+// changing the candidate, it gives up after maxVictimAttempts with a wait
+// of one permit's refill.
+func (st *gcraTable) evict(now int64) (evicted bool, wait time.Duration) {
 	for range maxVictimAttempts {
 		v, ok := st.victim()
 		if !ok {
@@ -417,32 +440,16 @@ func (st *gcraTable) admitAtBound(key string, h uint64, now, n int64) (limiter.D
 			vs.mu.Unlock() // it acquired meanwhile: look again
 			continue
 		}
-		// A full bucket has permits left, so it is dropped here too.
 		if st.rate.Available(v.tat, now).Remaining == 0 {
 			vs.mu.Unlock()
 			_, vd := st.rate.Acquire(v.tat, now, 1)
-			return tableFull(n, st.limit, vd.RetryAfter), true
+			return false, vd.RetryAfter
 		}
-		// The victim's unit of room passes to the newcomer.
 		vs.remove(i)
 		vs.mu.Unlock()
-
-		s := st.shard(h)
-		s.mu.Lock()
-		i, found = s.find(key, h)
-		if found {
-			// Remembered meanwhile by a concurrent acquisition.
-			st.release(1)
-			d := s.take(st, i, now, n)
-			s.mu.Unlock()
-			return d, false
-		}
-		tat, d := st.rate.Acquire(limiter.TAT{}, now, n)
-		s.insert(st, key, h, i, tat, now)
-		s.mu.Unlock()
-		return d, false
+		return true, 0
 	}
-	return tableFull(n, st.limit, st.interval), true
+	return false, st.interval
 }
 
 // candidate is a key found in a shard: the victim of an eviction.

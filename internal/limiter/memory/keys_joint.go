@@ -146,9 +146,14 @@ func (c *cell) atBoundCheck() limiter.Check {
 // long until it can: the key it would evict is limited.
 func (k *Keys) makeRoom(now int64) (ok bool, wait time.Duration) {
 	if k.gcra != nil {
-		return k.gcra.makeRoom(now)
+		ok, wait = k.gcra.evict(now)
+	} else {
+		ok, wait = k.log.evict(now)
 	}
-	return k.log.makeRoom(now)
+	if ok {
+		k.admission().release(1)
+	}
+	return ok, wait
 }
 
 // atBound reports whether k, holding its bound, would refuse a newcomer
@@ -166,58 +171,6 @@ func (k *Keys) atBound(now int64) (bool, time.Duration) {
 		av, full = k.log.availableAtBound(now)
 	}
 	return full, av.ResetAfter
-}
-
-func (st *gcraTable) makeRoom(now int64) (bool, time.Duration) {
-	for range maxVictimAttempts {
-		v, ok := st.victim()
-		if !ok {
-			return true, 0 // empty: room is being made by insertions under way
-		}
-		vs := v.s
-		vs.mu.Lock()
-		vkey := string(v.key.bytes())
-		i, found := vs.find(vkey, st.hash(vkey))
-		if !found || vs.slot(i).tat() != v.tat {
-			vs.mu.Unlock()
-			continue
-		}
-		if st.rate.Available(v.tat, now).Remaining == 0 {
-			vs.mu.Unlock()
-			_, vd := st.rate.Acquire(v.tat, now, 1)
-			return false, vd.RetryAfter
-		}
-		vs.remove(i)
-		vs.mu.Unlock()
-		st.release(1)
-		return true, 0
-	}
-	return false, st.interval
-}
-
-func (st *logTable) makeRoom(now int64) (bool, time.Duration) {
-	for range maxVictimAttempts {
-		vs, v, ok := st.victim()
-		if !ok {
-			return true, 0
-		}
-		vs.mu.Lock()
-		vt := vs.keys[v.key]
-		if vt == nil || vt.reset != v.reset {
-			vs.mu.Unlock()
-			continue
-		}
-		if vt.log.Available(st.window, now).Remaining == 0 {
-			vd := vt.log.Acquire(st.window, now, 1) // a denial: it records nothing
-			vs.mu.Unlock()
-			return false, vd.RetryAfter
-		}
-		vs.remove(vt)
-		vs.mu.Unlock()
-		st.release(1)
-		return true, 0
-	}
-	return false, st.interval
 }
 
 // part is one distinct (limiter, key) of a joint decision: a plain

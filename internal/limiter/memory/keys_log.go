@@ -144,9 +144,33 @@ func (st *logTable) acquire(key string, now, n int64) (limiter.Decision, bool) {
 	return st.admitAtBound(key, now, n)
 }
 
-// admitAtBound is gcraTable.admitAtBound for logs: the candidate for
-// eviction is the key whose log empties first.
+// admitAtBound is gcraTable.admitAtBound for logs.
 func (st *logTable) admitAtBound(key string, now, n int64) (limiter.Decision, bool) {
+	evicted, wait := st.evict(now)
+	if !evicted {
+		return tableFull(n, st.limit, wait), true
+	}
+	s := st.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.keys[key]; t != nil {
+		st.release(1)
+		d := t.log.Acquire(st.window, now, n)
+		if d.Allowed {
+			s.granted(t, now, d)
+		}
+		return d, false
+	}
+	t := new(logKey)
+	d := t.log.Acquire(st.window, now, n)
+	t.reset = addNanos(now, d.ResetAfter)
+	s.put(key, t)
+	return d, false
+}
+
+// evict is gcraTable.evict for logs: the candidate is the key whose log
+// empties first.
+func (st *logTable) evict(now int64) (evicted bool, wait time.Duration) {
 	for range maxVictimAttempts {
 		vs, v, ok := st.victim()
 		if !ok {
@@ -159,34 +183,16 @@ func (st *logTable) admitAtBound(key string, now, n int64) (limiter.Decision, bo
 			continue
 		}
 		if vt.log.Available(st.window, now).Remaining == 0 {
-			// The log is limited, so this acquisition is a denial and
-			// records nothing.
+			// A denial: it records nothing.
 			vd := vt.log.Acquire(st.window, now, 1)
 			vs.mu.Unlock()
-			return tableFull(n, st.limit, vd.RetryAfter), true
+			return false, vd.RetryAfter
 		}
 		vs.remove(vt)
 		vs.mu.Unlock()
-
-		s := st.shard(key)
-		s.mu.Lock()
-		if t := s.keys[key]; t != nil {
-			st.release(1)
-			d := t.log.Acquire(st.window, now, n)
-			if d.Allowed {
-				s.granted(t, now, d)
-			}
-			s.mu.Unlock()
-			return d, false
-		}
-		t := new(logKey)
-		d := t.log.Acquire(st.window, now, n)
-		t.reset = addNanos(now, d.ResetAfter)
-		s.put(key, t)
-		s.mu.Unlock()
-		return d, false
+		return true, 0
 	}
-	return tableFull(n, st.limit, st.interval), true
+	return false, st.interval
 }
 
 // victim finds the key whose log empties first, largest key among ties.
