@@ -67,9 +67,10 @@ type Store interface {
 	// or nothing, and AvailableKey reports what that bucket could grant
 	// now; Lowest lists up to k keys of a keyed limiter, fewest permits
 	// left first. On a limiter that is not keyed they fail with an error
-	// wrapping ErrKeyMismatch, as Acquire and Available do on one that is
-	// (and Decide, which takes no keys yet). A store that keeps no keyed
-	// limiters refuses their Put with an error wrapping ErrUnsupported.
+	// wrapping ErrKeyMismatch, as Acquire, Available and AcquireBatch do on
+	// one that is, and Decide on an item whose key does not fit its
+	// limiter. A store that keeps no keyed limiters refuses their Put with
+	// an error wrapping ErrUnsupported.
 	AcquireKey(ctx context.Context, name, key string, permits int64) (KeyDecision, error)
 	AvailableKey(ctx context.Context, name, key string) (KeyAvailability, error)
 	Lowest(ctx context.Context, name string, k int) ([]KeyEntry, error)
