@@ -282,10 +282,12 @@ func DegradedVerdict(items []Item, mode FailureMode) Verdict {
 
 // Decide decides items together, all or nothing: under Take either every
 // item's permits are recorded or none are; under Peek nothing is. Items
-// naming the same limiter are summed (see Check). A decision of more than
-// one limiter needs them all in one group (see Definition.Group), so that
-// a shared store can decide them in one atomic step; otherwise the error
-// wraps ErrCrossGroup and nothing is decided. Invalid items are refused
+// naming the same limiter (and key) are summed (see Check). A decision of
+// more than one limiter, or of more than one key, needs them all in one
+// group (see Definition.Group), so that a shared store can decide them in
+// one atomic step; otherwise the error wraps ErrCrossGroup and nothing is
+// decided. An item names a key exactly when its limiter is keyed, or the
+// error wraps ErrKeyMismatch. Invalid items are refused
 // before the store is consulted (see CheckItems); an unknown limiter fails
 // the whole decision with an error wrapping a *MissingError. A store that
 // cannot answer gives a DegradedVerdict by the FailureMode.
