@@ -17,18 +17,20 @@ import (
 
 // The GCRA table keeps, per shard, an open-addressed hash table (linear
 // probing, deleted slots marked and reclaimed by rebuilds) of 24-byte slots
-// {TAT, key fingerprint, key offset and length} and, over the slots, a tree
-// of bounds (see keys_index.go): for every block of 8 slots, and every 8
-// nodes above, the earliest and latest TAT below. The keys' bytes live in
-// the shard's arena, one byte slice that only grows until a rebuild
-// compacts it. An acquisition rewrites its slot and the few bounds that
+// {TAT, key} and, over the slots, a tree of bounds (see keys_index.go): for
+// every block of 8 slots, and every 8 nodes above, the earliest and latest
+// TAT below. A key of up to 8 bytes lives in its slot; a longer one in the
+// shard's arena, one byte slice that only grows until a rebuild compacts
+// it, with its fingerprint, offset and length in its slot (see slot). An
+// acquisition rewrites its slot and the few bounds that
 // change; Lowest walks the latest bounds down to the k latest TATs, and
 // eviction and expiry walk the earliest ones. Nothing in the table or the
 // arena is a pointer, so the garbage collector never scans them. A key costs
 // a 24-byte slot plus 16 bytes of bounds per 8 slots (and 1/7 more above),
 // divided by the load factor, which stays between 9/16 and 4/5 (33 to 47
-// bytes), plus its bytes in the arena, where the bytes of dropped keys stay
-// until a rebuild, never more of them than of live ones.
+// bytes), plus, for a key longer than 8 bytes, its bytes in the arena,
+// where the bytes of dropped keys stay until a rebuild, never more of them
+// than of live ones.
 
 const (
 	// A table has one shard per keysPerShard keys of its bound, rounded up
