@@ -91,7 +91,7 @@ func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 	if keys := s.keys - old.maxKeys + e.maxKeys; e.maxKeys > old.maxKeys && keys > limiter.KeyBudget {
 		return false, fmt.Errorf("%w: %d keys would take the keyed limiters to %d, beyond their budget of %d; lower max_keys, or delete a keyed limiter", limiter.ErrTooManyKeys, e.maxKeys, keys, limiter.KeyBudget)
 	}
-	if ok && old.definition(def.Name) == e.definitionAs(def.Name, def.Keyed) {
+	if ok && old.definition(def.Name) == (limiter.Definition{Name: def.Name, Policy: l.Policy(), Group: def.Group, Keyed: def.Keyed, MaxKeys: def.MaxKeys}) {
 		return false, nil // an identical definition keeps the state
 	}
 	if def.Keyed {
@@ -105,13 +105,6 @@ func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 	s.peak = max(s.peak, len(s.byKey))
 	s.names.Insert(def.Name)
 	return true, nil
-}
-
-// definitionAs is e's definition, keyed or not, before its Keys is made.
-func (e entry) definitionAs(name string, keyed bool) limiter.Definition {
-	d := e.definition(name)
-	d.Keyed = keyed
-	return d
 }
 
 // Get returns a limiter's definition.

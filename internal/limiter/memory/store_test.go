@@ -20,11 +20,7 @@ func newStore(t *testing.T) (*memory.Store, *clocktest.Clock) {
 
 func put(t *testing.T, s *memory.Store, name string, p limiter.Policy) bool {
 	t.Helper()
-	created, err := s.Put(context.Background(), limiter.Definition{Name: name, Policy: p})
-	if err != nil {
-		t.Fatalf("Put(%q): %v", name, err)
-	}
-	return created
+	return putDef(t, s, limiter.Definition{Name: name, Policy: p})
 }
 
 func TestLifecycle(t *testing.T) {
