@@ -43,10 +43,7 @@ func (s *server) PutLimiter(ctx context.Context, req gen.PutLimiterRequestObject
 	if err != nil {
 		return nil, err
 	}
-	def.Policy = def.Policy.Normalize()
-	if def.Keyed && def.MaxKeys == 0 {
-		def.MaxKeys = limiter.DefaultMaxKeys
-	}
+	def = def.Normalize()
 	if created {
 		return gen.PutLimiter201JSONResponse{
 			Body:    limiterOf(def),

@@ -98,10 +98,7 @@ func (s *Service) Put(ctx context.Context, def Definition) (created bool, err er
 	if err := CheckKeyed(def); err != nil {
 		return false, fmt.Errorf("limiter: put %q: %w", def.Name, err)
 	}
-	def.Policy = def.Policy.Normalize()
-	if def.Keyed && def.MaxKeys == 0 {
-		def.MaxKeys = DefaultMaxKeys
-	}
+	def = def.Normalize()
 	sctx, cancel := s.bound(ctx)
 	created, err = s.store.Put(sctx, def)
 	cancel()

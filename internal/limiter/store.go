@@ -38,6 +38,16 @@ type Definition struct {
 	MaxKeys int
 }
 
+// Normalize returns def with its defaults filled in: its Policy's (see
+// Policy.Normalize), and DefaultMaxKeys for a keyed limiter's zero MaxKeys.
+func (def Definition) Normalize() Definition {
+	def.Policy = def.Policy.Normalize()
+	if def.Keyed && def.MaxKeys == 0 {
+		def.MaxKeys = DefaultMaxKeys
+	}
+	return def
+}
+
 // Store keeps named limiters and decides acquisitions against them. Each
 // implementation reads the current time itself (the memory store from an
 // injected clock, a shared store from its server) and is safe for concurrent

@@ -21,8 +21,9 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
-// MaxLowest is the largest k Lowest accepts.
-const MaxLowest = 1000
+// MaxLowest is the largest k Lowest accepts: the same as a keyed
+// limiter's.
+const MaxLowest = limiter.MaxLowest
 
 // Defaults and bounds of a Config.
 const (

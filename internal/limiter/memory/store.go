@@ -75,9 +75,7 @@ func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 	if err := limiter.CheckKeyed(def); err != nil {
 		return false, err
 	}
-	if def.Keyed && def.MaxKeys == 0 {
-		def.MaxKeys = limiter.DefaultMaxKeys
-	}
+	def = def.Normalize()
 	e := entry{l: l, group: def.Group, maxKeys: def.MaxKeys}
 	s.mu.Lock()
 	defer s.mu.Unlock()
