@@ -32,6 +32,14 @@ var (
 	unclaimLua string
 	//go:embed lua/decide.lua
 	decideLua string
+	//go:embed lua/table.lua
+	tableLua string
+	//go:embed lua/key_acquire.lua
+	keyAcquireLua string
+	//go:embed lua/key_available.lua
+	keyAvailableLua string
+	//go:embed lua/key_lowest.lua
+	keyLowestLua string
 
 	// A script cannot load another, so both decisions carry the shared
 	// arithmetic in front of their own code.
@@ -50,9 +58,26 @@ var (
 	reserveScript = rueidis.NewLuaScript(reserveLua)
 	claimScript   = rueidis.NewLuaScript(claimLua)
 	unclaimScript = rueidis.NewLuaScript(unclaimLua)
-	// decideScript decides several limiters of one group together.
-	decideScript = rueidis.NewLuaScript(libLua + "\n" + decideLua)
+	// decideScript decides several limiters of one group together, and
+	// the keys of keyed limiters with the tables' code.
+	decideScript = rueidis.NewLuaScript(libLua + "\n" + tableLua + "\n" + decideLua)
+
+	// The scripts of tables of keys: the library, then table.lua, then
+	// their own code.
+	acquireKeyScript = rueidis.NewLuaScript(tableScript(keyAcquireLua))
+	// availableKeyScript writes nothing, so it runs as EVALSHA_RO / EVAL_RO.
+	availableKeyScript = rueidis.NewLuaScriptReadOnly(tableScript(keyAvailableLua))
+	// lowestKeysScript trims expired index members, so it is not read-only.
+	lowestKeysScript = rueidis.NewLuaScript(tableScript(keyLowestLua))
+	// lowestKeysSHA1 is what Table.Lowest pipelines to every shard at once,
+	// falling back to lowestKeysScript.Exec for a shard whose server
+	// answers NOSCRIPT.
+	lowestKeysSHA1 = digest(tableScript(keyLowestLua))
 )
+
+func tableScript(own string) string {
+	return libLua + "\n" + tableLua + "\n" + own
+}
 
 // digest is the SHA-1 digest by which EVALSHA names a script's source.
 func digest(source string) string {

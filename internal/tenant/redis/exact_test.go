@@ -334,7 +334,7 @@ func testLoweredBounds(t *testing.T, c rueidis.Client) {
 	take(z, 2, epochUS+700_000)
 	now = epochUS + 1_100_000
 	for q, k := range []int{1, 2, 1, 3, 2, 1, 3} {
-		ts.budget = q % 2 // runs of one member, or none beyond k
+		ts.table.SetWalkBudget(q % 2) // runs of one member, or none beyond k
 		got := mustLowest(t, ts, k, now)
 		want, _ := reg.Lowest(ctx, k)
 		if !slices.Equal(got, want) {
@@ -393,7 +393,8 @@ func testWalkBudget(t *testing.T, c rueidis.Client) {
 			if rng.IntN(3) == 0 {
 				take(ips[rng.IntN(len(ips))], 1+rng.Int64N(3))
 			}
-			ts.budget = rng.IntN(4)
+			budget := rng.IntN(4)
+			ts.table.SetWalkBudget(budget)
 			k := 1 + rng.IntN(5)
 			if rng.IntN(8) == 0 {
 				k = 50
@@ -401,7 +402,7 @@ func testWalkBudget(t *testing.T, c rueidis.Client) {
 			got := mustLowest(t, ts, k, now)
 			want, _ := reg.Lowest(ctx, k)
 			if !slices.Equal(got, want) {
-				t.Fatalf("now %dµs: Lowest(%d) with budget %d\n got %+v\nwant %+v", now, k, ts.budget, got, want)
+				t.Fatalf("now %dµs: Lowest(%d) with budget %d\n got %+v\nwant %+v", now, k, budget, got, want)
 			}
 			n.lowests++
 			n.entries += len(got)
@@ -409,8 +410,8 @@ func testWalkBudget(t *testing.T, c rueidis.Client) {
 		checkIndex(t, c, ts, now)
 		n.sequences++
 		n.checks++
-		t.Logf("seed %d: %d shard runs sent again", seed, ts.reruns.Load())
-		if ts.reruns.Load() == 0 {
+		t.Logf("seed %d: %d shard runs sent again", seed, ts.table.Reruns())
+		if ts.table.Reruns() == 0 {
 			t.Error("no walk ran out of its budget")
 		}
 	}

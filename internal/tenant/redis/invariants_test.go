@@ -39,10 +39,10 @@ func checkIndex(t *testing.T, c rueidis.Client, ts *Tenants, now int64) {
 			}
 			return m
 		}
-		idx, exp := scores(sh.idx), scores(sh.exp)
+		idx, exp := scores(sh.Idx), scores(sh.Exp)
 		live := map[string]bool{} // members of tenants whose bucket is not full
-		for _, key := range scan(t, c, sh.base+"*") {
-			h := strings.TrimPrefix(key, sh.base)
+		for _, key := range scan(t, c, sh.Base+"*") {
+			h := strings.TrimPrefix(key, sh.Base)
 			if h == "idx" || h == "exp" {
 				continue
 			}

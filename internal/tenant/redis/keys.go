@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	limiterredis "github.com/ratelimiter/ratelimiter/internal/limiter/redis"
 )
 
 // numShards is how many shards the tenants of one policy are spread over.
@@ -48,18 +49,12 @@ func policyID(p limiter.Policy) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// shard holds the names of one shard's keys.
-type shard struct {
-	// base starts the state key of each of the shard's tenants, which
-	// continues with the tenant's key as 16 hex digits.
-	base string
-	idx  string // the index, a sorted set
-	exp  string // the sliding log's expiry index; unused under GCRA
-}
-
-func newShard(prefix, pid string, i int) shard {
+// newShard names the keys of shard i of the tenants of the policy pid. The
+// state key of a tenant is the shard's base followed by its key as 16 hex
+// digits.
+func newShard(prefix, pid string, i int) limiterredis.Shard {
 	base := prefix + "t:" + pid + "{" + shardTags[i] + "}:"
-	return shard{base: base, idx: base + "idx", exp: base + "exp"}
+	return limiterredis.Shard{Base: base, Idx: base + "idx", Exp: base + "exp"}
 }
 
 // hexKey writes a tenant key as the 16 hex digits the scripts use.

@@ -61,9 +61,9 @@ func TestKeys(t *testing.T) {
 	key, _, _ := tenant.Key("192.0.2.1", 64)
 	sh := ts.shards[shardOf(key)]
 	for _, tc := range []struct{ got, want string }{
-		{sh.base + hexKey(key), "app:t:" + pid + "{" + shardTags[shardOf(key)] + "}:ff000000c0000201"},
-		{sh.idx, "app:t:" + pid + "{" + shardTags[shardOf(key)] + "}:idx"},
-		{sh.exp, "app:t:" + pid + "{" + shardTags[shardOf(key)] + "}:exp"},
+		{sh.Base + hexKey(key), "app:t:" + pid + "{" + shardTags[shardOf(key)] + "}:ff000000c0000201"},
+		{sh.Idx, "app:t:" + pid + "{" + shardTags[shardOf(key)] + "}:idx"},
+		{sh.Exp, "app:t:" + pid + "{" + shardTags[shardOf(key)] + "}:exp"},
 		{hexKey(1), "0000000000000001"},
 	} {
 		if tc.got != tc.want {

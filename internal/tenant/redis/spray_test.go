@@ -89,7 +89,7 @@ func TestSprayMemory(t *testing.T) {
 	idx, _ := members(t, c, ts)
 	used := after - before
 	t.Logf("%s limit %d: %d addresses, %d grants, %d denied for room, in %s", alg, cfg.Policy.Limit, n, granted.Load(), full.Load(), took.Round(time.Millisecond))
-	t.Logf("tenants remembered: %d of a bound of %d (%s a shard; max bytes %d / %d bytes per tenant, max tenants %d)",
+	t.Logf("tenants remembered: %d of a bound of %d (%d a shard; max bytes %d / %d bytes per tenant, max tenants %d)",
 		idx, bound, ts.shardMax, maxBytes, TenantBytes(cfg.Policy), cfg.MaxTenants)
 	t.Logf("used_memory grew by %d bytes (%.1f MiB, %.1f bytes per tenant, %.1f%% of max bytes); used_memory %d, before %d",
 		used, float64(used)/(1<<20), float64(used)/float64(max(idx, 1)), 100*float64(used)/float64(maxBytes), after, before)

@@ -2,8 +2,10 @@
 // every replica of the service draws on the same buckets. Tenants has the
 // methods and semantics of tenant.Registry: all or nothing, Available
 // without consuming, the same Decision fields and tenant names, the same
-// exact integer arithmetic (the limiter Store's Lua library, unchanged),
-// full tenants forgotten, and Lowest with the same order.
+// exact integer arithmetic, full tenants forgotten, and Lowest with the
+// same order. The tenants are a table of keys of package limiter/redis,
+// whose scripts the keyed limiters of its Store run too: this package
+// chooses the keys and their shards.
 //
 // Each acquisition is one atomic server-side script that reads the
 // tenant's state, decides, and writes the new state together with its
@@ -23,7 +25,7 @@
 //	                              sliding log as a sorted set, as the limiter
 //	                              Store keeps them
 //	<prefix>t:<pid>{<tag>}:idx    the shard's index (sorted set), in Lowest's
-//	                              order; see lua/tenant.lua
+//	                              order; see lua/table.lua of limiter/redis
 //	<prefix>t:<pid>{<tag>}:exp    sliding log only: the same members scored by
 //	                              the instant each log is empty, to trim them
 //
@@ -68,7 +70,7 @@
 // every instant, so the index holds a bound (what the log held after its
 // newest grant, lowered to the exact count whenever Lowest reads it), and
 // each shard walks it until the k-th best exact answer beats the next
-// bound; see lua/lowest.lua. Both are exact. The cost is O(S·(log n + k))
+// bound; see lua/key_lowest.lua of limiter/redis. Both are exact. The cost is O(S·(log n + k))
 // for S shards and n tenants in a shard; under the sliding log add one log
 // read per tenant whose count has fallen since its bound was set and whose
 // bound still ranks among the k lowest: at worst, on the first query after
@@ -83,7 +85,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/redis/rueidis"
 
@@ -100,17 +101,13 @@ var _ tenant.Backend = (*Tenants)(nil)
 // limiter.ErrUnavailable when Redis cannot answer (network failure,
 // timeout, or an error reply); a context deadline bounds each call.
 type Tenants struct {
-	client rueidis.Client
 	policy limiter.Policy
-	bits   int          // IPv6 prefix length
-	def    []string     // the policy as the scripts read it
-	rate   limiter.Rate // GCRA's arithmetic, for Lowest's entries
-	budget int          // see walkBudget; tests lower it
-	// shardMax is how many tenants each shard holds at most, as decimal
-	// for the scripts: the bound of tenant.Bound divided among the shards.
-	shardMax string
-	reruns   atomic.Int64 // shard scripts of Lowest sent again, for tests
-	shards   [numShards]shard
+	bits   int // IPv6 prefix length
+	// shardMax is how many tenants each shard holds at most: the bound of
+	// tenant.Bound divided among the shards.
+	shardMax int
+	shards   []limiterredis.Shard
+	table    *limiterredis.Table
 }
 
 // New returns Tenants over client for cfg, whose keys all start with prefix
@@ -144,18 +141,13 @@ func New(client rueidis.Client, prefix string, cfg tenant.Config) (*Tenants, err
 	if err != nil {
 		return nil, fmt.Errorf("redis: tenants: %w", err)
 	}
-	ts := &Tenants{
-		client: client, policy: p, bits: cfg.IPv6Prefix, def: limiterredis.DefinitionValues(p), budget: walkBudget,
-		shardMax: strconv.Itoa(shardMax(bound)),
-	}
-	if p.Algorithm == limiter.GCRA {
-		ts.rate = limiter.NewRate(p)
-	}
 	pid := policyID(p)
-	for i := range ts.shards {
-		ts.shards[i] = newShard(prefix, pid, i)
+	shards := make([]limiterredis.Shard, numShards)
+	for i := range shards {
+		shards[i] = newShard(prefix, pid, i)
 	}
-	return ts, nil
+	max := shardMax(bound)
+	return &Tenants{policy: p, bits: cfg.IPv6Prefix, shardMax: max, shards: shards, table: limiterredis.NewTable(client, p, shards, max)}, nil
 }
 
 // Policy returns the per-tenant policy with its defaults filled in.
@@ -223,21 +215,11 @@ func (ts *Tenants) acquire(ctx context.Context, ip string, permits int64, nowMic
 	if err != nil {
 		return tenant.Decision{}, fmt.Errorf("redis: tenant acquire %s: %w", quote(ip), err)
 	}
-	h := hexKey(key)
-	sh := &ts.shards[shardOf(key)]
-	keys := []string{sh.base + h, sh.idx}
-	if ts.policy.Algorithm == limiter.SlidingLog {
-		keys = append(keys, sh.exp)
-	}
-	args := ts.args(strconv.FormatInt(permits, 10), h, nowMicros, ts.shardMax)
-	v, err := acquireScript.Exec(ctx, ts.client, keys, args).AsIntSlice()
+	d, full, err := ts.table.Acquire(ctx, shardOf(key), hexKey(key), permits, nowMicros)
 	if err != nil {
-		return tenant.Decision{}, unavailable("acquire", name, err)
+		return tenant.Decision{}, fmt.Errorf("redis: tenant acquire %s: %w", name, err)
 	}
-	if len(v) != limiterredis.DecisionFields+1 {
-		return tenant.Decision{}, unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v))
-	}
-	return tenant.Decision{Tenant: name, Decision: limiterredis.DecisionOf(v, permits), RegistryFull: v[limiterredis.DecisionFields] == 1}, nil
+	return tenant.Decision{Tenant: name, Decision: d, RegistryFull: full}, nil
 }
 
 // available is Available at nowMicros, like acquire.
@@ -246,32 +228,31 @@ func (ts *Tenants) available(ctx context.Context, ip, nowMicros string) (tenant.
 	if err != nil {
 		return tenant.Availability{}, fmt.Errorf("redis: tenant available %s: %w", quote(ip), err)
 	}
-	sh := &ts.shards[shardOf(key)]
-	keys := []string{sh.base + hexKey(key), sh.idx}
-	if ts.policy.Algorithm == limiter.SlidingLog {
-		keys = append(keys, sh.exp)
-	}
-	v, err := availableScript.Exec(ctx, ts.client, keys, ts.args(nowMicros, ts.shardMax)).AsIntSlice()
+	a, full, err := ts.table.Available(ctx, shardOf(key), hexKey(key), nowMicros)
 	if err != nil {
-		return tenant.Availability{}, unavailable("available", name, err)
+		return tenant.Availability{}, fmt.Errorf("redis: tenant available %s: %w", name, err)
 	}
-	if len(v) != 5 {
-		return tenant.Availability{}, unavailable("available", name, fmt.Errorf("unexpected reply %v", v))
-	}
-	return tenant.Availability{Tenant: name, Availability: limiter.Availability{
-		Remaining: v[0], Limit: v[1], ResetAfter: limiterredis.Duration(v[2], v[3]),
-	}, RegistryFull: v[4] == 1}, nil
+	return tenant.Availability{Tenant: name, Availability: a, RegistryFull: full}, nil
 }
 
-// args is the policy followed by a script's own arguments.
-func (ts *Tenants) args(own ...string) []string {
-	a := make([]string, 0, len(ts.def)+len(own))
-	return append(append(a, ts.def...), own...)
-}
-
-// unavailable wraps a failure to reach or use Redis.
-func unavailable(op, name string, err error) error {
-	return fmt.Errorf("redis: tenant %s %s: %w: %w", op, name, limiter.ErrUnavailable, err)
+// lowest is Lowest at nowMicros, like acquire.
+func (ts *Tenants) lowest(ctx context.Context, k int, nowMicros string) ([]tenant.Entry, error) {
+	if k < 1 || k > tenant.MaxLowest {
+		return nil, fmt.Errorf("redis: tenant lowest: %w: k must be between 1 and %d, got %d", tenant.ErrInvalidK, tenant.MaxLowest, k)
+	}
+	es, err := ts.table.Lowest(ctx, k, nowMicros)
+	if err != nil {
+		return nil, fmt.Errorf("redis: tenant lowest: %w", err)
+	}
+	out := make([]tenant.Entry, len(es))
+	for i, e := range es {
+		key, err := strconv.ParseUint(e.Key, 16, 64)
+		if err != nil {
+			return nil, fmt.Errorf("redis: tenant lowest: %w: malformed tenant %q", limiter.ErrUnavailable, e.Key)
+		}
+		out[i] = tenant.Entry{Tenant: tenant.KeyName(key, ts.bits), Remaining: e.Remaining, Limit: e.Limit, ResetAfter: e.ResetAfter}
+	}
+	return out, nil
 }
 
 // maxIPLen bounds the input echoed back in an error.

@@ -61,8 +61,8 @@ func testShardsOnEveryMaster(t *testing.T, c rueidis.Client) {
 		// A shard's keys share a slot: its scripts may touch them all.
 		for i := range ts.shards {
 			sh := &ts.shards[i]
-			want := slot(t, c, sh.idx)
-			for _, key := range []string{sh.exp, sh.base + hexKey(uint64(i))} {
+			want := slot(t, c, sh.Idx)
+			for _, key := range []string{sh.Exp, sh.Base + hexKey(uint64(i))} {
 				if got := slot(t, c, key); got != want {
 					t.Errorf("shard %d: %s in slot %d, its index in %d", i, key, got, want)
 				}

@@ -1,21 +1,21 @@
--- Lowest: the ARGV[13] tenants of one shard with the fewest permits left at
--- the server's time (or at ARGV[15] microseconds, in tests), in Lowest's
--- order, from the shard's index KEYS[1] (and, for a sliding log, expiry
--- index KEYS[2]). ARGV[14] is the shard's key prefix: a tenant's state is
--- ARGV[14] .. hex. ARGV[16] is the sliding log's budget: how many index
--- members beyond 2k one run may visit. Index members whose state does not match (a state lost
--- to eviction, or replaced after its key expired) are dropped on the way.
+-- Lowest: the ARGV[5] keys of one shard of a table (see table.lua for the
+-- arguments) with the fewest permits left at the server's time, in
+-- Lowest's order. ARGV[6] is the sliding log's budget: how many index
+-- members beyond 2k one run may visit. Index members whose state does not
+-- match (a state lost to eviction, or replaced after its key expired) are
+-- dropped on the way.
 --
--- Reply: {done, now, then per tenant:
---   GCRA         hex, tat_us, tat_r
---   sliding log  hex, used, reset_us, reset_ns}
--- done is 0, with no tenant, when a sliding log's walk ran out of budget
+-- Reply: {done, now, then per key:
+--   GCRA         key, tat_us, tat_r
+--   sliding log  key, used, reset_us, reset_ns}
+-- or table_open's reply for a keyed limiter it cannot use.
+-- done is 0, with no key, when a sliding log's walk ran out of budget
 -- before it could answer: it saved what it learned, and the caller runs the
 -- script again.
 
 -- GCRA: the index order is exact, so the first k members that hold a
 -- bucket not full at now are the answer: O(log n + k).
-local function tenant_gcra_lowest(idx, base, k, now)
+local function key_gcra_lowest(idx, base, k, now)
   gcra_trim(idx, now)
   local out, stale = {1, now}, {}
   local found, off, done = 0, 0, false
@@ -32,10 +32,10 @@ local function tenant_gcra_lowest(idx, base, k, now)
         done = true
         break
       end
-      local hex = string.sub(m, 13)
-      local st = redis.call('GET', base .. hex)
+      local key = string.sub(m, 13)
+      local st = redis.call('GET', base .. key)
       if st == fmt(tat_us) .. ' ' .. fmt(tat_r) then
-        out[#out + 1] = hex
+        out[#out + 1] = key
         out[#out + 1] = tat_us
         out[#out + 1] = tat_r
         found = found + 1
@@ -50,8 +50,6 @@ end
 
 -- ranks_before reports whether candidate a ranks before b in Lowest's
 -- order: more permits used, then a later newest grant, then a smaller key.
--- Keys are compared as two 32-bit halves: Lua compares strings by the
--- server's locale.
 local function ranks_before(a, b)
   if a.used ~= b.used then
     return a.used > b.used
@@ -59,34 +57,29 @@ local function ranks_before(a, b)
   if a.at ~= b.at then
     return a.at > b.at
   end
-  local ah, bh = tonumber(string.sub(a.hex, 1, 8), 16), tonumber(string.sub(b.hex, 1, 8), 16)
-  if ah ~= bh then
-    return ah < bh
-  end
-  return tonumber(string.sub(a.hex, 9), 16) < tonumber(string.sub(b.hex, 9), 16)
+  return key_less(a.key, b.key)
 end
 
-
 -- Sliding log: what a log holds at now depends on when each grant leaves
--- the window, so no score orders tenants at every instant. The index
--- orders them by a bound instead: a tenant's peak (what it held just after
+-- the window, so no score orders keys at every instant. The index
+-- orders them by a bound instead: a key's peak (what it held just after
 -- its newest grant) is at least what it holds now. The walk reads members
 -- in index order, evaluates each log exactly at now, and stops at the first
 -- member whose bound ranks after the k-th best exact answer so far: every
--- member after it ranks after it too, and a tenant never ranks before its
--- bound. Each log read lowers its tenant's bound to the exact count, still
--- a bound until the tenant's next grant, so a later query reads it again
+-- member after it ranks after it too, and a key never ranks before its
+-- bound. Each log read lowers its key's bound to the exact count, still
+-- a bound until the key's next grant, so a later query reads it again
 -- only if its count has fallen since or it ranks among the k lowest. A walk
--- reads O(k + c) logs, c the tenants read whose count has fallen since
--- their bound was set: at worst, on the first query after many tenants'
--- grants began leaving the window, every tenant of the shard. A run that
+-- reads O(k + c) logs, c the keys read whose count has fallen since
+-- their bound was set: at worst, on the first query after many keys'
+-- grants began leaving the window, every key of the shard. A run that
 -- visits 2k + budget members without an answer saves the bounds it lowered
 -- and the stale members it found, and answers "not done". A walk stops
--- once it has read k tenants whose bounds are exact and settled the k-th
+-- once it has read k keys whose bounds are exact and settled the k-th
 -- best, which it does every k candidates: so it reads at most 2k exact
 -- bounds, each run that answers "not done" lowers or removes at least
 -- max(1, budget) members, and the runs end.
-local function tenant_log_lowest(w, idx, exp, base, k, budget, now)
+local function key_log_lowest(w, idx, exp, base, k, budget, now)
   log_trim(idx, exp, now)
   local cands, stale, lowered, kth = {}, {}, {}, nil
   local function settle()
@@ -107,7 +100,7 @@ local function tenant_log_lowest(w, idx, exp, base, k, budget, now)
     off = off + #page / 2
     for i = 1, #page, 2 do
       local m = page[i]
-      local c = {used = -tonumber(page[i + 1]), at = AT_MAX - tonumber(string.sub(m, 1, 16)), hex = string.sub(m, 17)}
+      local c = {used = -tonumber(page[i + 1]), at = AT_MAX - tonumber(string.sub(m, 1, 16)), key = string.sub(m, 17)}
       if kth and ranks_before(kth, c) then
         done = true
         break
@@ -120,7 +113,7 @@ local function tenant_log_lowest(w, idx, exp, base, k, budget, now)
       if log_expired(w, c.at, now) then
         stale[#stale + 1] = m
       else
-        local l = log_read(base .. c.hex, w, now)
+        local l = log_read(base .. c.key, w, now)
         if l.at ~= c.at then
           stale[#stale + 1] = m
         else
@@ -154,7 +147,7 @@ local function tenant_log_lowest(w, idx, exp, base, k, budget, now)
   local out = {1, now}
   for _, c in ipairs(cands) do
     local ra, rn = log_until(w, c.at, now)
-    out[#out + 1] = c.hex
+    out[#out + 1] = c.key
     out[#out + 1] = c.used
     out[#out + 1] = ra
     out[#out + 1] = rn
@@ -162,10 +155,12 @@ local function tenant_log_lowest(w, idx, exp, base, k, budget, now)
   return out
 end
 
-local d = tenant_def()
-local k = tonumber(ARGV[13])
-local now = clock(ARGV[15])
-if d[1] == 'gcra' then
-  return tenant_gcra_lowest(KEYS[1], ARGV[14], k, now)
+local d, base = table_open()
+if not d then
+  return base
 end
-return tenant_log_lowest(log_def(d), KEYS[1], KEYS[2], ARGV[14], k, tonumber(ARGV[16]), now)
+local k, now = tonumber(ARGV[5]), clock(ARGV[3])
+if d[1] == 'gcra' then
+  return key_gcra_lowest(KEYS[1], base, k, now)
+end
+return key_log_lowest(log_def(d), KEYS[1], KEYS[2], base, k, tonumber(ARGV[6]), now)
