@@ -99,6 +99,8 @@ func decisions(name string, permits []int64, reply rueidis.RedisResult, out []li
 		fail(unavailable("acquire", name, err))
 	case len(v) == 1 && v[0] == 0:
 		fail(notFound("acquire", name))
+	case len(v) == 1 && v[0] == -2:
+		fail(fmt.Errorf("redis: acquire %q: %w", name, limiter.KeyMismatch(name, true)))
 	case len(v) != 1+DecisionFields*len(permits) || v[0] != 1:
 		fail(unavailable("acquire", name, fmt.Errorf("unexpected reply %v", v)))
 	default:
@@ -125,6 +127,9 @@ func (s *Store) availableAt(ctx context.Context, name, nowMicros string) (limite
 	}
 	if len(v) == 1 && v[0] == 0 {
 		return limiter.Availability{}, notFound("available", name)
+	}
+	if len(v) == 1 && v[0] == -2 {
+		return limiter.Availability{}, fmt.Errorf("redis: available %q: %w", name, limiter.KeyMismatch(name, true))
 	}
 	if len(v) != 5 {
 		return limiter.Availability{}, unavailable("available", name, fmt.Errorf("unexpected reply %v", v))

@@ -19,6 +19,9 @@ const (
 	fieldAlgorithm = "algorithm" // limiter.GCRA or limiter.SlidingLog
 	fieldBurst     = "burst"     // GCRA's bucket size; 0 for a sliding log
 	fieldGroup     = "group"     // the limiter's group; absent for none
+	// A keyed limiter's: absent for a plain one. See keyed.go.
+	fieldMaxKeys = "maxkeys" // the most keys it remembers
+	fieldGen     = "gen"     // the generation of its keys' states
 
 	// GCRA counts in units of 1/limit ns, held by the scripts as a*m + b
 	// with m units = 1µs and 0 <= b < m.
@@ -68,8 +71,13 @@ func definitionArgs(p limiter.Policy) []string {
 		fieldMaxE, u(uint64(min(p.Limit, limiter.MaxLogEntries)), 10))
 }
 
-// policyFields are the fields Get reads, in the order parsePolicy expects.
-var policyFields = []string{fieldLimit, fieldPeriod, fieldAlgorithm, fieldBurst}
+// policyFields are the fields of the policy, in the order parsePolicy
+// expects; definitionFields are the fields Get reads: the policy, then a
+// keyed limiter's bound of keys (absent for a plain limiter).
+var (
+	policyFields     = []string{fieldLimit, fieldPeriod, fieldAlgorithm, fieldBurst}
+	definitionFields = append(policyFields[:len(policyFields):len(policyFields)], fieldMaxKeys)
+)
 
 // parsePolicy reads the policy from the values of policyFields.
 func parsePolicy(vals []string) (limiter.Policy, error) {

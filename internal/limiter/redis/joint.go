@@ -66,13 +66,11 @@ type call struct {
 
 // decideAt is a decision at nowMicros (see acquire); only tests pass one.
 func (s *Store) decideAt(ctx context.Context, items []limiter.Item, c call, nowMicros string) (limiter.Verdict, error) {
-	for _, it := range items {
-		if it.Key != "" {
-			// No limiter of this store is keyed.
-			return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", s.notKeyed(ctx, it.Name))
-		}
+	parts, index := limiter.Parts(items)
+	names := make([]string, len(parts))
+	for j, p := range parts {
+		names[j] = p.Name
 	}
-	names, totals, index := limiter.Totals(items)
 	var unknown []string
 	for _, name := range names {
 		if _, ok := s.known(name); !ok {
@@ -108,7 +106,7 @@ func (s *Store) decideAt(ctx context.Context, items []limiter.Item, c call, nowM
 		if c.ttl > 0 {
 			c.reservation = limiter.NewReservationID(scope)
 		}
-		v, err := s.run(ctx, items, names, totals, index, groups[0], scope, c, nowMicros)
+		v, err := s.run(ctx, items, parts, index, groups[0], scope, c, nowMicros)
 		var missing *limiter.MissingError
 		if errors.As(err, &missing) && again && s.relocated(ctx, missing.Name) {
 			continue
@@ -117,24 +115,42 @@ func (s *Store) decideAt(ctx context.Context, items []limiter.Item, c call, nowM
 	}
 }
 
-// run runs decide.lua once on the limiters names (their permits totals,
-// of items by index), which live in group, for a decision in scope.
-func (s *Store) run(ctx context.Context, items []limiter.Item, names []string, totals []int64, index []int, group, scope string, c call, nowMicros string) (limiter.Verdict, error) {
+// checkFields is the number of fields of one part in decide.lua's reply.
+const checkFields = 9
+
+// scopeKeys returns the hash tag of the slot of a decision in scope, with
+// the prefix, and what names the decision's idempotency record beside the
+// key: a key of a limiter in no group lives in its limiter's slot, and its
+// records are the key's own.
+func (s *Store) scopeKeys(scope string) (tag, record string) {
 	_, where, _ := strings.Cut(scope, ":")
-	tag := s.prefix + "{" + where + "}"
-	keys := make([]string, 0, 2*len(names)+2)
-	for _, name := range names {
-		keys = append(keys, s.keysIn(name, group)...)
+	name, key, keyed := strings.Cut(where, "\x00")
+	if keyed {
+		// A key holds no control character: the NUL ends it.
+		return s.prefix + "{" + name + "}", key + "\x00"
+	}
+	return s.prefix + "{" + where + "}", ""
+}
+
+// run runs decide.lua once on parts, the limiters and keys of items (by
+// index), which live in group, for a decision in scope.
+func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []int, group, scope string, c call, nowMicros string) (limiter.Verdict, error) {
+	tag, record := s.scopeKeys(scope)
+	keys := make([]string, 0, 2*len(parts)+2)
+	names := make([]string, len(parts))
+	for j, p := range parts {
+		keys = append(keys, s.keysIn(p.Name, group)...)
+		names[j] = p.Name
 	}
 	random := ""
 	if c.reservation != "" {
 		_, random, _ = limiter.ParseReservationID(c.reservation)
 	}
-	keys = append(keys, tag+"#once:"+c.once, tag+"#rsv:"+random)
-	args := make([]string, 2, 5+2*len(names))
+	keys = append(keys, tag+"#once:"+record+c.once, tag+"#rsv:"+random)
+	args := make([]string, 2, 9+3*len(parts))
 	args[0], args[1] = nowMicros, c.mode
-	for _, n := range totals {
-		args = append(args, strconv.FormatInt(n, 10))
+	for _, p := range parts {
+		args = append(args, strconv.FormatInt(p.Permits, 10))
 	}
 	ttl := ""
 	if c.ttl > 0 {
@@ -142,6 +158,9 @@ func (s *Store) run(ctx context.Context, items []limiter.Item, names []string, t
 	}
 	args = append(args, c.fingerprint, strconv.FormatInt(limiter.OnceTTL.Milliseconds(), 10), ttl)
 	args = append(args, names...)
+	for _, p := range parts {
+		args = append(args, p.Key)
+	}
 	if c.ttl > 0 {
 		for i := range 4 {
 			n, _ := strconv.ParseUint(random[8*i:8*i+8], 16, 32)
@@ -161,13 +180,16 @@ func (s *Store) run(ctx context.Context, items []limiter.Item, names []string, t
 		return limiter.Verdict{}, fmt.Errorf("redis: %w", limiter.InvalidSettlement(c.reservation, names[v[1]-1]))
 	case len(v) == 2 && v[0] == 0 && v[1] >= 1 && v[1] <= int64(len(names)):
 		return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", &limiter.MissingError{Name: names[v[1]-1]})
+	case len(v) == 2 && v[0] == -4 && v[1] >= 1 && v[1] <= int64(len(names)):
+		p := parts[v[1]-1]
+		return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", limiter.KeyMismatch(p.Name, p.Key == ""))
 	}
 	replayed := len(v) > 0 && v[0] == 2
 	if replayed {
 		v[0] = 1
 	}
 	reservation := ""
-	if n := 1 + DecisionFields*len(names); c.ttl > 0 && len(v) == n+4 {
+	if n := 1 + checkFields*len(names); c.ttl > 0 && len(v) == n+4 {
 		// The reservation this answer made, which a replay names too.
 		reservation = c.reservation[:strings.LastIndexByte(c.reservation, '.')+1]
 		for _, x := range v[n:] {
@@ -175,16 +197,16 @@ func (s *Store) run(ctx context.Context, items []limiter.Item, names []string, t
 		}
 		v = v[:n]
 	}
-	if len(v) != 1+DecisionFields*len(names) || v[0] != 1 {
+	if len(v) != 1+checkFields*len(names) || v[0] != 1 {
 		return limiter.Verdict{}, unavailable("decide", names[0], fmt.Errorf("unexpected reply %v", v))
 	}
 	found := make([]limiter.Check, len(names))
 	for j := range names {
-		f := v[1+DecisionFields*j:]
+		f := v[1+checkFields*j:]
 		found[j] = limiter.Check{
 			Fits: f[0] == 1, Remaining: f[1], Limit: f[2],
 			RetryAfter: Duration(f[3], f[4]), ResetAfter: Duration(f[5], f[6]),
-			ExceedsCapacity: f[7] == 1,
+			ExceedsCapacity: f[7] == 1, KeysFull: f[8] == 1,
 		}
 	}
 	verdict := limiter.NewVerdict(items, found, index)
@@ -230,12 +252,12 @@ func (s *Store) Settle(ctx context.Context, id string, actual []limiter.Item, on
 			return limiter.Verdict{}, unavailable("cancel", id, fmt.Errorf("malformed reservation %q", rec))
 		}
 	}
-	names, totals, index := limiter.Totals(actual)
+	parts, index := limiter.Parts(actual)
 	fp := ""
 	if once != "" {
 		fp = "settle " + id + " " + limiter.Fingerprint(actual, limiter.Take)
 	}
-	return s.run(ctx, actual, names, totals, index, group, scope, call{mode: "settle", once: once, fingerprint: fp, reservation: id}, "")
+	return s.run(ctx, actual, parts, index, group, scope, call{mode: "settle", once: once, fingerprint: fp, reservation: id}, "")
 }
 
 // missing returns the first of names in no group (groups[j] == "") whose

@@ -118,15 +118,16 @@ func notFound(op, name string) error {
 // groups.go): a limiter the directory places in another group is refused
 // with an error wrapping limiter.ErrGroupConflict.
 func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
-	if def.Keyed {
-		return false, errKeyed
-	}
 	if err := limiter.CheckName(def.Name); err != nil {
 		return false, fmt.Errorf("redis: put: %w", err)
 	}
 	if err := def.Policy.Validate(); err != nil {
 		return false, fmt.Errorf("redis: put %q: %w", def.Name, err)
 	}
+	if err := limiter.CheckKeyed(def); err != nil {
+		return false, fmt.Errorf("redis: put %q: %w", def.Name, err)
+	}
+	def = def.Normalize()
 	room, err := reserveScript.Exec(ctx, s.client, []string{s.names}, []string{def.Name, strconv.Itoa(s.max)}).AsInt64()
 	if err != nil {
 		return false, unavailable("put", def.Name, err)
@@ -140,8 +141,15 @@ func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 	if err := s.claim(ctx, def); err != nil {
 		return false, err
 	}
-	args := groupArgs(definitionArgs(def.Policy.Normalize()), def.Group)
-	created, err := putScript.Exec(ctx, s.client, s.keysIn(def.Name, def.Group), args).AsInt64()
+	maxKeys := ""
+	args := groupArgs(definitionArgs(def.Policy), def.Group)
+	if def.Keyed {
+		maxKeys = strconv.Itoa(def.MaxKeys)
+		args = append(args, fieldMaxKeys, maxKeys, fieldGen, newGeneration())
+	}
+	keys := s.keysIn(def.Name, def.Group)
+	idx, exp := tableKeys(keys[0])
+	created, err := putScript.Exec(ctx, s.client, append(keys, idx, exp), append([]string{maxKeys}, args...)).AsInt64()
 	if err != nil {
 		return false, unavailable("put", def.Name, err)
 	}
@@ -157,16 +165,16 @@ func (s *Store) Get(ctx context.Context, name string) (limiter.Definition, error
 	c := s.client
 	for again := true; ; again = false {
 		group := s.groupOf(name)
-		vals, err := c.Do(ctx, c.B().Hmget().Key(s.keysIn(name, group)[0]).Field(policyFields...).Build()).ToArray()
+		vals, err := c.Do(ctx, c.B().Hmget().Key(s.keysIn(name, group)[0]).Field(definitionFields...).Build()).ToArray()
 		if err != nil {
 			return limiter.Definition{}, unavailable("get", name, err)
 		}
-		p, found, err := policyOf(vals)
+		def, found, err := definitionOf(name, group, vals)
 		if err != nil {
 			return limiter.Definition{}, unavailable("get", name, err)
 		}
 		if found {
-			return limiter.Definition{Name: name, Policy: p, Group: group}, nil
+			return def, nil
 		}
 		if !again || !s.relocated(ctx, name) {
 			return limiter.Definition{}, notFound("get", name)
@@ -174,20 +182,33 @@ func (s *Store) Get(ctx context.Context, name string) (limiter.Definition, error
 	}
 }
 
-// policyOf parses an HMGET reply of policyFields; found is false when the
-// definition does not exist.
-func policyOf(vals []rueidis.RedisMessage) (p limiter.Policy, found bool, err error) {
-	strs := make([]string, len(vals))
-	for i := range vals {
+// definitionOf parses an HMGET reply of definitionFields for the limiter
+// name in group; found is false when the definition does not exist.
+func definitionOf(name, group string, vals []rueidis.RedisMessage) (def limiter.Definition, found bool, err error) {
+	if len(vals) != len(definitionFields) {
+		return limiter.Definition{}, false, fmt.Errorf("definition: %d fields, want %d", len(vals), len(definitionFields))
+	}
+	strs := make([]string, len(policyFields))
+	for i := range strs {
 		if vals[i].IsNil() {
-			return limiter.Policy{}, false, nil
+			return limiter.Definition{}, false, nil
 		}
 		if strs[i], err = vals[i].ToString(); err != nil {
-			return limiter.Policy{}, false, err
+			return limiter.Definition{}, false, err
 		}
 	}
-	p, err = parsePolicy(strs)
-	return p, err == nil, err
+	def = limiter.Definition{Name: name, Group: group}
+	if def.Policy, err = parsePolicy(strs); err != nil {
+		return limiter.Definition{}, false, err
+	}
+	if mk := vals[len(policyFields)]; !mk.IsNil() {
+		n, err := mk.AsInt64()
+		if err != nil || n < 1 || n > limiter.MaxMaxKeys {
+			return limiter.Definition{}, false, fmt.Errorf("stored definition: max_keys %v", mk)
+		}
+		def.Keyed, def.MaxKeys = true, int(n)
+	}
+	return def, true, nil
 }
 
 // List returns up to count definitions whose names sort after `after` (byte
@@ -216,19 +237,19 @@ func (s *Store) List(ctx context.Context, after string, count int) ([]limiter.De
 		}
 		cmds := make(rueidis.Commands, len(names))
 		for i, name := range names {
-			cmds[i] = c.B().Hmget().Key(s.keysIn(name, groups[i])[0]).Field(policyFields...).Build()
+			cmds[i] = c.B().Hmget().Key(s.keysIn(name, groups[i])[0]).Field(definitionFields...).Build()
 		}
 		for i, res := range c.DoMulti(ctx, cmds...) {
 			vals, err := res.ToArray()
 			if err != nil {
 				return nil, unavailable("list", names[i], err)
 			}
-			p, found, err := policyOf(vals)
+			def, found, err := definitionOf(names[i], groups[i], vals)
 			if err != nil {
 				return nil, unavailable("list", names[i], err)
 			}
 			if found {
-				defs = append(defs, limiter.Definition{Name: names[i], Policy: p, Group: groups[i]})
+				defs = append(defs, def)
 			}
 		}
 		after = names[len(names)-1]
@@ -237,6 +258,13 @@ func (s *Store) List(ctx context.Context, after string, count int) ([]limiter.De
 		}
 	}
 	return defs, nil
+}
+
+// deleteIn runs delete.lua on the keys of name in group.
+func (s *Store) deleteIn(ctx context.Context, name, group string) (int64, error) {
+	keys := s.keysIn(name, group)
+	idx, exp := tableKeys(keys[0])
+	return deleteScript.Exec(ctx, s.client, append(keys, idx, exp), nil).AsInt64()
 }
 
 // Delete removes the limiter and its state, or returns an error wrapping
@@ -251,13 +279,13 @@ func (s *Store) List(ctx context.Context, after string, count int) ([]limiter.De
 // comes back by the same look.
 func (s *Store) Delete(ctx context.Context, name string) error {
 	group := s.groupOf(name)
-	existed, err := deleteScript.Exec(ctx, s.client, s.keysIn(name, group), nil).AsInt64()
+	existed, err := s.deleteIn(ctx, name, group)
 	if err != nil {
 		return unavailable("delete", name, err)
 	}
 	if existed == 0 && s.relocated(ctx, name) {
 		group = s.groupOf(name)
-		if existed, err = deleteScript.Exec(ctx, s.client, s.keysIn(name, group), nil).AsInt64(); err != nil {
+		if existed, err = s.deleteIn(ctx, name, group); err != nil {
 			return unavailable("delete", name, err)
 		}
 	}

@@ -3,7 +3,8 @@
 -- decided as if alone, one after the other, at the server's time (or at
 -- ARGV[1] microseconds, in tests; empty otherwise).
 --
--- Reply: {0} when the limiter is not defined, otherwise 1 followed by
+-- Reply: {0} when the limiter is not defined, {-2} when it is keyed
+-- (its keys have their own scripts), otherwise 1 followed by
 -- eight fields per acquisition: allowed, remaining, limit, retry_us,
 -- retry_ns, reset_us, reset_ns, exceeds_capacity, durations as
 -- microseconds plus nanoseconds.
@@ -90,9 +91,12 @@ local function log_acquire(w, key, now)
   return r
 end
 
-local d = redis.call('HMGET', KEYS[1], 'algorithm', 'limit', 'burst', 'm', 'pa', 'pb', 'ta', 'tb', 'pw', 'pr', 'pu', 'maxe')
+local d = redis.call('HMGET', KEYS[1], 'algorithm', 'limit', 'burst', 'm', 'pa', 'pb', 'ta', 'tb', 'pw', 'pr', 'pu', 'maxe', 'maxkeys')
 if not d[1] then
   return {0}
+end
+if d[13] then
+  return {-2}
 end
 local now = clock(ARGV[1])
 if d[1] == 'gcra' then

@@ -4,7 +4,8 @@
 -- script: grants that have left a sliding log's window are skipped here and
 -- removed by the next acquisition (or by the key's expiry).
 --
--- Reply: {0} when the limiter is not defined, otherwise
+-- Reply: {0} when the limiter is not defined, {-2} when it is keyed
+-- (its keys have their own scripts), otherwise
 -- {1, remaining, limit, reset_us, reset_ns}.
 
 local function gcra_available(g, key, now)
@@ -22,9 +23,12 @@ local function log_available(w, key, now)
   return {1, log_remaining(w, l.total - l.base), w.limit, ra, rn}
 end
 
-local d = redis.call('HMGET', KEYS[1], 'algorithm', 'limit', 'burst', 'm', 'pa', 'pb', 'ta', 'tb', 'pw', 'pr', 'pu', 'maxe')
+local d = redis.call('HMGET', KEYS[1], 'algorithm', 'limit', 'burst', 'm', 'pa', 'pb', 'ta', 'tb', 'pw', 'pr', 'pu', 'maxe', 'maxkeys')
 if not d[1] then
   return {0}
+end
+if d[13] then
+  return {-2}
 end
 local now = clock(ARGV[1])
 if d[1] == 'gcra' then
