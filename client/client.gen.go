@@ -860,11 +860,6 @@ type InternalError = Problem
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type NotFound = Problem
 
-// NotImplemented An RFC 9457 problem detail.
-//
-// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
-type NotImplemented = Problem
-
 // NotReady An RFC 9457 problem detail.
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
@@ -1321,10 +1316,10 @@ type ClientInterface interface {
 	//
 	// `keyed` makes it hold one bucket per key under the policy, at most
 	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-	// of a server hold at most 1,000,000 keys together: the sum of their
-	// `max_keys`. Creating or growing one past that is refused with 409.
-	// Keyed limiters need the memory backend: the Redis backend refuses
-	// them with 501 for now.
+	// of a server on the memory backend hold at most 1,000,000 keys
+	// together: the sum of their `max_keys`. Creating or growing one past
+	// that is refused with 409. On Redis a changed definition starts its
+	// keys afresh too: their old states expire on their own.
 	//
 	// `group` places the limiter with the others it is decided with
 	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -1351,10 +1346,10 @@ type ClientInterface interface {
 	//
 	// `keyed` makes it hold one bucket per key under the policy, at most
 	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-	// of a server hold at most 1,000,000 keys together: the sum of their
-	// `max_keys`. Creating or growing one past that is refused with 409.
-	// Keyed limiters need the memory backend: the Redis backend refuses
-	// them with 501 for now.
+	// of a server on the memory backend hold at most 1,000,000 keys
+	// together: the sum of their `max_keys`. Creating or growing one past
+	// that is refused with 409. On Redis a changed definition starts its
+	// keys afresh too: their old states expire on their own.
 	//
 	// `group` places the limiter with the others it is decided with
 	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -1948,10 +1943,10 @@ func (c *Client) GetLimiter(ctx context.Context, name LimiterName, reqEditors ..
 //
 // `keyed` makes it hold one bucket per key under the policy, at most
 // `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-// of a server hold at most 1,000,000 keys together: the sum of their
-// `max_keys`. Creating or growing one past that is refused with 409.
-// Keyed limiters need the memory backend: the Redis backend refuses
-// them with 501 for now.
+// of a server on the memory backend hold at most 1,000,000 keys
+// together: the sum of their `max_keys`. Creating or growing one past
+// that is refused with 409. On Redis a changed definition starts its
+// keys afresh too: their old states expire on their own.
 //
 // `group` places the limiter with the others it is decided with
 // (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -1988,10 +1983,10 @@ func (c *Client) PutLimiterWithBody(ctx context.Context, name LimiterName, conte
 //
 // `keyed` makes it hold one bucket per key under the policy, at most
 // `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-// of a server hold at most 1,000,000 keys together: the sum of their
-// `max_keys`. Creating or growing one past that is refused with 409.
-// Keyed limiters need the memory backend: the Redis backend refuses
-// them with 501 for now.
+// of a server on the memory backend hold at most 1,000,000 keys
+// together: the sum of their `max_keys`. Creating or growing one past
+// that is refused with 409. On Redis a changed definition starts its
+// keys afresh too: their old states expire on their own.
 //
 // `group` places the limiter with the others it is decided with
 // (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -3718,10 +3713,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// `keyed` makes it hold one bucket per key under the policy, at most
 	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-	// of a server hold at most 1,000,000 keys together: the sum of their
-	// `max_keys`. Creating or growing one past that is refused with 409.
-	// Keyed limiters need the memory backend: the Redis backend refuses
-	// them with 501 for now.
+	// of a server on the memory backend hold at most 1,000,000 keys
+	// together: the sum of their `max_keys`. Creating or growing one past
+	// that is refused with 409. On Redis a changed definition starts its
+	// keys afresh too: their old states expire on their own.
 	//
 	// `group` places the limiter with the others it is decided with
 	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -3748,10 +3743,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// `keyed` makes it hold one bucket per key under the policy, at most
 	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-	// of a server hold at most 1,000,000 keys together: the sum of their
-	// `max_keys`. Creating or growing one past that is refused with 409.
-	// Keyed limiters need the memory backend: the Redis backend refuses
-	// them with 501 for now.
+	// of a server on the memory backend hold at most 1,000,000 keys
+	// together: the sum of their `max_keys`. Creating or growing one past
+	// that is refused with 409. On Redis a changed definition starts its
+	// keys afresh too: their old states expire on their own.
 	//
 	// `group` places the limiter with the others it is decided with
 	// (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -4696,8 +4691,6 @@ type PutLimiterResponse struct {
 	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
-	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
-	ApplicationProblemJSON501 *NotImplemented
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -4744,11 +4737,6 @@ func (r PutLimiterResponse) GetApplicationProblemJSON415() *UnsupportedMediaType
 // GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r PutLimiterResponse) GetApplicationProblemJSON500() *InternalError {
 	return r.ApplicationProblemJSON500
-}
-
-// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
-func (r PutLimiterResponse) GetApplicationProblemJSON501() *NotImplemented {
-	return r.ApplicationProblemJSON501
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6059,10 +6047,10 @@ func (c *ClientWithResponses) GetLimiterWithResponse(ctx context.Context, name L
 //
 // `keyed` makes it hold one bucket per key under the policy, at most
 // `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-// of a server hold at most 1,000,000 keys together: the sum of their
-// `max_keys`. Creating or growing one past that is refused with 409.
-// Keyed limiters need the memory backend: the Redis backend refuses
-// them with 501 for now.
+// of a server on the memory backend hold at most 1,000,000 keys
+// together: the sum of their `max_keys`. Creating or growing one past
+// that is refused with 409. On Redis a changed definition starts its
+// keys afresh too: their old states expire on their own.
 //
 // `group` places the limiter with the others it is decided with
 // (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -6095,10 +6083,10 @@ func (c *ClientWithResponses) PutLimiterWithBodyWithResponse(ctx context.Context
 //
 // `keyed` makes it hold one bucket per key under the policy, at most
 // `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-// of a server hold at most 1,000,000 keys together: the sum of their
-// `max_keys`. Creating or growing one past that is refused with 409.
-// Keyed limiters need the memory backend: the Redis backend refuses
-// them with 501 for now.
+// of a server on the memory backend hold at most 1,000,000 keys
+// together: the sum of their `max_keys`. Creating or growing one past
+// that is refused with 409. On Redis a changed definition starts its
+// keys afresh too: their old states expire on their own.
 //
 // `group` places the limiter with the others it is decided with
 // (see `POST /v1/decide`). A limiter keeps its group: replacing it
@@ -7091,13 +7079,6 @@ func ParsePutLimiterResponse(rsp *http.Response) (*PutLimiterResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON500 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest NotImplemented
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.ApplicationProblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

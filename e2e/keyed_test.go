@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ratelimiter/ratelimiter/client"
@@ -108,22 +111,87 @@ func TestKeyedDecide(t *testing.T) {
 	}
 }
 
-// TestKeyedOnRedisRefused: the Redis backend keeps no keyed limiters yet,
-// and says so with a 501 that creates nothing.
-func TestKeyedOnRedisRefused(t *testing.T) {
+// TestKeyedAcrossReplicas: 2,000 concurrent decisions through 3 replicas
+// on one Redis, each asking one permit of an address's key, a user's key
+// and a global limit of one group. Four clients, each with its own
+// address and user, make 500 decisions each; a user may make 60 per
+// 8784h, an address 100, everyone together 1,000. A sequential model
+// admits exactly 60 per client whatever the order, and takes 60 of each
+// address's 100: a decision denied by the user's limit charges neither its
+// address nor the global limit.
+func TestKeyedAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	_, replicas := sharedRedis(t, 1, nil)
-	api := replicas[0].api
-	res, err := api.PutLimiterWithResponse(t.Context(), "key-redis", client.LimiterSpec{Limit: 5, Period: "1h", Keyed: ptr(true)})
-	if err != nil {
-		t.Fatal(err)
+	_, replicas := sharedRedis(t, 3, map[string]string{"RATELIMITER_REDIS_TIMEOUT": "2s"})
+	group := "rk"
+	put(t, replicas[0].api, "rk-ip", client.LimiterSpec{Limit: 100, Period: "8784h", Keyed: ptr(true), Group: &group})
+	put(t, replicas[1].api, "rk-user", client.LimiterSpec{Limit: 60, Period: "8784h", Keyed: ptr(true), Group: &group})
+	put(t, replicas[2].api, "rk-global", client.LimiterSpec{Limit: 1000, Period: "8784h", Group: &group})
+	const clients, decisions = 4, 2000
+	call := func(c int) client.DecideRequest {
+		ip, user := fmt.Sprintf("203.0.113.%d", c), fmt.Sprintf("user-%d", c)
+		return client.DecideRequest{Items: []client.DecideItem{{Limiter: "rk-ip", Key: &ip}, {Limiter: "rk-user", Key: &user}, {Limiter: "rk-global"}}}
 	}
-	p := checkProblem(t, res, http.StatusNotImplemented, "/v1/limiters/key-redis", "")
-	if !strings.Contains(strPtr(p.Detail), "memory backend") {
-		t.Errorf("problem %+v: want it to say which backend keeps keyed limiters", p)
+	var (
+		next     atomic.Int64
+		allowed  [clients]atomic.Int64
+		mu       sync.Mutex
+		failures []string
+		wg       sync.WaitGroup
+	)
+	for w := range 48 {
+		wg.Go(func() {
+			api := replicas[w%len(replicas)].api
+			for {
+				i := next.Add(1)
+				if i > decisions {
+					return
+				}
+				c := int(i % clients)
+				res, err := api.DecideWithResponse(t.Context(), nil, call(c))
+				switch {
+				case err != nil || res.JSON200 == nil || res.JSON200.Degraded != nil:
+					mu.Lock()
+					failures = append(failures, fmt.Sprintf("%v %s", err, res.Body))
+					mu.Unlock()
+				case res.JSON200.Allowed:
+					allowed[c].Add(1)
+				}
+			}
+		})
 	}
-	get, err := api.GetLimiterWithResponse(t.Context(), "key-redis")
-	if err != nil || get.StatusCode() != http.StatusNotFound {
-		t.Errorf("get after the refusal: %v %d, want 404", err, get.StatusCode())
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d decisions failed, first: %s", len(failures), failures[0])
+	}
+	api := replicas[1].api
+	for c := range clients {
+		if got := allowed[c].Load(); got != 60 {
+			t.Errorf("client %d: admitted %d of %d decisions, the sequential model admits 60", c, got, decisions/clients)
+		}
+		for name, want := range map[string]int64{"rk-ip": 40, "rk-user": 0} {
+			key := fmt.Sprintf("203.0.113.%d", c)
+			if name == "rk-user" {
+				key = fmt.Sprintf("user-%d", c)
+			}
+			res, err := api.GetAvailableWithResponse(t.Context(), name, &client.GetAvailableParams{Key: &key})
+			if err != nil || res.JSON200 == nil || res.JSON200.Remaining != want {
+				t.Errorf("%s %s: %v %s, want %d left", name, key, err, res.Body, want)
+			}
+		}
+	}
+	if got := available(t, replicas[0].api, "rk-global"); got != 1000-60*clients {
+		t.Errorf("global: %d left, want %d", got, 1000-60*clients)
+	}
+	low, err := replicas[2].api.ListLowestKeysWithResponse(t.Context(), "rk-ip", &client.ListLowestKeysParams{K: ptr(int32(10))})
+	if err != nil || low.JSON200 == nil || len(low.JSON200.Items) != clients || low.JSON200.Items[0].Remaining != 40 {
+		t.Errorf("lowest addresses: %v %s, want the %d addresses at 40 left", err, low.Body, clients)
+	}
+
+	// A changed definition starts the keys afresh, on every replica.
+	put(t, replicas[0].api, "rk-user", client.LimiterSpec{Limit: 61, Period: "8784h", Keyed: ptr(true), Group: &group})
+	key := "user-0"
+	res, err := replicas[2].api.AcquireWithResponse(t.Context(), "rk-user", client.AcquireRequest{Key: &key})
+	if err != nil || res.JSON200 == nil || !res.JSON200.Allowed || res.JSON200.Remaining != 60 {
+		t.Errorf("user-0 under the new definition: %v %s, want allowed with 60 left", err, res.Body)
 	}
 }

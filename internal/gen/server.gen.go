@@ -1091,8 +1091,6 @@ type InternalErrorApplicationProblemPlusJSONResponse Problem
 
 type NotFoundApplicationProblemPlusJSONResponse Problem
 
-type NotImplementedApplicationProblemPlusJSONResponse Problem
-
 type NotReadyApplicationProblemPlusJSONResponse Problem
 
 type PayloadTooLargeApplicationProblemPlusJSONResponse Problem
@@ -2002,22 +2000,6 @@ func (response PutLimiter500ApplicationProblemPlusJSONResponse) VisitPutLimiterR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(500)
-	_, err := buf.WriteTo(w)
-	return err
-}
-
-type PutLimiter501ApplicationProblemPlusJSONResponse struct {
-	NotImplementedApplicationProblemPlusJSONResponse
-}
-
-func (response PutLimiter501ApplicationProblemPlusJSONResponse) VisitPutLimiterResponse(w http.ResponseWriter) error {
-
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(501)
 	_, err := buf.WriteTo(w)
 	return err
 }

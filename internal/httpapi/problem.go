@@ -114,9 +114,6 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 	case errors.Is(err, limiter.ErrTooManyKeys):
 		return &problem{status: http.StatusConflict, detail: fmt.Sprintf("Limiter %q was not changed: %s.", pathParam(r, "name"),
 			strings.TrimPrefix(reason(err, limiter.ErrTooManyKeys), limiter.ErrTooManyKeys.Error()+": "))}
-	case errors.Is(err, limiter.ErrUnsupported):
-		return &problem{status: http.StatusNotImplemented, detail: fmt.Sprintf("Limiter %q was not created: %s.", pathParam(r, "name"),
-			strings.TrimPrefix(reason(err, limiter.ErrUnsupported), limiter.ErrUnsupported.Error()+": "))}
 	case errors.Is(err, limiter.ErrInvalidKey):
 		return rejected(keyLocation(r), reason(err, limiter.ErrInvalidKey))
 	case errors.Is(err, limiter.ErrKeyMismatch):

@@ -79,8 +79,7 @@ type Store interface {
 	// left first. On a limiter that is not keyed they fail with an error
 	// wrapping ErrKeyMismatch, as Acquire, Available and AcquireBatch do on
 	// one that is, and Decide on an item whose key does not fit its
-	// limiter. A store that keeps no keyed limiters refuses their Put with
-	// an error wrapping ErrUnsupported.
+	// limiter.
 	AcquireKey(ctx context.Context, name, key string, permits int64) (KeyDecision, error)
 	AvailableKey(ctx context.Context, name, key string) (KeyAvailability, error)
 	Lowest(ctx context.Context, name string, k int) ([]KeyEntry, error)

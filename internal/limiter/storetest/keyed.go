@@ -7,34 +7,13 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
-// testKeyed checks keyed limiters on a store that keeps them: one bucket per
-// key, all or nothing, Available without consuming, Lowest in order, and
-// the calls that name a key (or none) against the definition refused with
-// nothing changed. A store that keeps no keyed limiters must refuse their
-// Put with ErrUnsupported and create nothing, and refuse keys on the
-// limiters it has with ErrKeyMismatch.
+// testKeyed checks keyed limiters: one bucket per key, all or nothing,
+// Available without consuming, Lowest in order, and the calls that name a
+// key (or none) against the definition refused with nothing changed.
 func testKeyed(t *testing.T, s limiter.Store) {
 	p := limiter.Policy{Limit: 9, Period: hour}
 	put(t, s, "plain", p)
 	_, err := s.Put(ctx(t), limiter.Definition{Name: "per-user", Policy: p, Keyed: true, MaxKeys: 100})
-	if errors.Is(err, limiter.ErrUnsupported) {
-		if _, err := s.Get(ctx(t), "per-user"); !errors.Is(err, limiter.ErrNotFound) {
-			t.Errorf("Get of a refused keyed limiter: got %v, want ErrNotFound", err)
-		}
-		if _, err := s.AcquireKey(ctx(t), "plain", "alice", 1); !errors.Is(err, limiter.ErrKeyMismatch) {
-			t.Errorf("AcquireKey on a limiter that is not keyed: got %v, want ErrKeyMismatch", err)
-		}
-		if _, err := s.Decide(ctx(t), []limiter.Item{{Name: "plain", Key: "alice", Permits: 1}}, limiter.Take, ""); !errors.Is(err, limiter.ErrKeyMismatch) {
-			t.Errorf("Decide with a key of a limiter that is not keyed: got %v, want ErrKeyMismatch", err)
-		}
-		if _, err := s.Lowest(ctx(t), "missing", 1); !errors.Is(err, limiter.ErrNotFound) {
-			t.Errorf("Lowest of an unknown limiter: got %v, want ErrNotFound", err)
-		}
-		if got := available(t, s, "plain").Remaining; got != 9 {
-			t.Errorf("plain: %d left, want 9", got)
-		}
-		return
-	}
 	if err != nil {
 		t.Fatalf("Put of a keyed limiter: %v", err)
 	}
