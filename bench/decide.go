@@ -15,10 +15,9 @@ const decideGroups = 1000
 // (POST /v1/decide) beside a single acquisition (POST
 // /v1/limiters/{name}/acquire) on each backend, on random groups, in
 // interleaved rounds: a three-limit decision is still one request, one
-// round trip to Redis and one script run. On the memory backend, which
-// keeps keyed limiters, it adds a keyed acquisition (one key of a per-user
-// limiter) and a decision of a per-IP key, a per-user key and a global
-// limit, on random keys.
+// round trip to Redis and one script run. On each backend it adds a keyed
+// acquisition (one key of a per-user limiter) and a decision of a per-IP
+// key, a per-user key and a global limit, on random keys.
 func decideComparison(cfg config, rig *redisRig, rep *report) error {
 	groups, conns := decideGroups, cfg.conns
 	if cfg.smoke {
@@ -43,8 +42,10 @@ func decideComparison(cfg config, rig *redisRig, rep *report) error {
 		"kdec-user":   `{"limit":1000000000,"period":"1m","group":"kdec","keyed":true}`,
 		"kdec-global": `{"limit":1000000000,"period":"1m","group":"kdec"}`,
 	} {
-		if _, err := call("PUT", rig.svcMemory.url("/v1/limiters/"+name), spec); err != nil {
-			return err
+		for _, p := range []*proc{rig.svcMemory, rig.svcRedis} {
+			if _, err := call("PUT", p.url("/v1/limiters/"+name), spec); err != nil {
+				return err
+			}
 		}
 	}
 	type system struct {
@@ -77,10 +78,18 @@ func decideComparison(cfg config, rig *redisRig, rep *report) error {
 	keyedJoint := `  local g = k - 1
   return "/v1/decide", string.format('{"items":[{"limiter":"kdec-ip","key":"10.0.%d.%d"},{"limiter":"kdec-user","key":"user-%d"},{"limiter":"kdec-global"}]}', math.floor(g / 256), g % 256, g)`
 	keyedBody3 := `{"items":[{"limiter":"kdec-ip","key":"10.0.0.0"},{"limiter":"kdec-user","key":"user-0"},{"limiter":"kdec-global"}]}`
-	mem := []*proc{rig.svcMemory}
-	systems = append(systems,
-		system{"memory backend, keyed acquisition", rig.svcMemory, mem, keyedSingle, `{"key":"user-0","permits":1}`, "/v1/limiters/kdec-user/acquire", 1},
-		system{"memory backend, decide 2 keys and 1 limiter", rig.svcMemory, mem, keyedJoint, keyedBody3, "/v1/decide", 1})
+	for _, b := range []struct {
+		name    string
+		p       *proc
+		servers []*proc
+	}{
+		{"memory", rig.svcMemory, []*proc{rig.svcMemory}},
+		{"Redis", rig.svcRedis, []*proc{rig.svcRedis, rig.redis}},
+	} {
+		systems = append(systems,
+			system{b.name + " backend, keyed acquisition", b.p, b.servers, keyedSingle, `{"key":"user-0","permits":1}`, "/v1/limiters/kdec-user/acquire", 1},
+			system{b.name + " backend, decide 2 keys and 1 limiter", b.p, b.servers, keyedJoint, keyedBody3, "/v1/decide", 1})
+	}
 	loads := make([]*wrk, len(systems))
 	for i, s := range systems {
 		b, err := call("POST", s.target.url(s.path), s.check)
@@ -123,7 +132,7 @@ func decideComparison(cfg config, rig *redisRig, rep *report) error {
 	for _, b := range []struct {
 		name string
 		i    int
-	}{{"memory", 0}, {"Redis", 2}, {"memory keyed", 4}} {
+	}{{"memory", 0}, {"Redis", 2}, {"memory", 4}, {"Redis", 6}} {
 		thr := make([]float64, cfg.rounds)
 		cpu := make([]float64, cfg.rounds)
 		p99 := make([]float64, cfg.rounds)
@@ -135,9 +144,9 @@ func decideComparison(cfg config, rig *redisRig, rep *report) error {
 		}
 		v := fmt.Sprintf("%s backend, a 3-limit decision ÷ a single acquisition: time per request (inverse throughput) %s, server CPU per request %s, p99 %s",
 			b.name, stat(thr, "%.2f×"), stat(cpu, "%.2f×"), stat(p99, "%.2f×"))
-		if b.i == 4 {
-			v = fmt.Sprintf("memory backend, keyed: a decision of 2 keys and 1 limiter ÷ a keyed acquisition: time per request (inverse throughput) %s, server CPU per request %s, p99 %s",
-				stat(thr, "%.2f×"), stat(cpu, "%.2f×"), stat(p99, "%.2f×"))
+		if b.i >= 4 {
+			v = fmt.Sprintf("%s backend, keyed: a decision of 2 keys and 1 limiter ÷ a keyed acquisition: time per request (inverse throughput) %s, server CPU per request %s, p99 %s",
+				b.name, stat(thr, "%.2f×"), stat(cpu, "%.2f×"), stat(p99, "%.2f×"))
 		}
 		sec.printf("- %s\n", v)
 		rep.facts = append(rep.facts, "Several limits, "+v)

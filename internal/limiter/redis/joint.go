@@ -118,6 +118,26 @@ func (s *Store) decideAt(ctx context.Context, items []limiter.Item, c call, nowM
 // checkFields is the number of fields of one part in decide.lua's reply.
 const checkFields = 9
 
+// widen reads a reply of n parts remembered by an earlier version, with
+// eight fields a part before keys_full, as one of checkFields a part; a
+// reservation's reply ends with its ID.
+func widen(v []int64, n int, reserved bool) []int64 {
+	const old = checkFields - 1
+	tail := 0
+	if reserved {
+		tail = 4
+	}
+	if len(v) != 1+old*n+tail {
+		return v
+	}
+	w := make([]int64, 1, len(v)+n)
+	w[0] = v[0]
+	for j := range n {
+		w = append(append(w, v[1+old*j:1+old*(j+1)]...), 0)
+	}
+	return append(w, v[1+old*n:]...)
+}
+
 // scopeKeys returns the hash tag of the slot of a decision in scope, with
 // the prefix, and what names the decision's idempotency record beside the
 // key: a key of a limiter in no group lives in its limiter's slot, and its
@@ -187,6 +207,7 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 	replayed := len(v) > 0 && v[0] == 2
 	if replayed {
 		v[0] = 1
+		v = widen(v, len(names), c.ttl > 0)
 	}
 	reservation := ""
 	if n := 1 + checkFields*len(names); c.ttl > 0 && len(v) == n+4 {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -219,5 +220,27 @@ func checkUnavailable(t *testing.T, s *Store) {
 		if elapsed > deadline+2*time.Second {
 			t.Errorf("%s took %s, want about the %s deadline", c.name, elapsed, deadline)
 		}
+	}
+}
+
+// TestWiden: a reply remembered by an idempotency key before decide.lua
+// reported keys_full replays with keys_full unset, the reservation's ID
+// kept at the end.
+func TestWiden(t *testing.T) {
+	old := []int64{2, 1, 4, 5, 0, 0, 7, 8, 0, 0, 3, 1, 2, 9, 9, 1, 0, 11, 12, 13, 14}
+	want := []int64{2, 1, 4, 5, 0, 0, 7, 8, 0, 0, 0, 3, 1, 2, 9, 9, 1, 0, 0, 11, 12, 13, 14}
+	if got := widen(old, 2, true); !slices.Equal(got, want) {
+		t.Errorf("widen with a reservation:\n got %v\nwant %v", got, want)
+	}
+	if got := widen(old[:17], 2, false); !slices.Equal(got, want[:19]) {
+		t.Errorf("widen:\n got %v\nwant %v", got, want[:19])
+	}
+	if got := widen(want[:19], 2, false); !slices.Equal(got, want[:19]) {
+		t.Errorf("widen of a current reply changed it: %v", got)
+	}
+	// Four parts: a current reply is as long as an earlier reservation's.
+	cur := make([]int64, 1+checkFields*4)
+	if got := widen(cur, 4, false); len(got) != len(cur) {
+		t.Errorf("widen of a current reply of 4 parts: %d values, want %d", len(got), len(cur))
 	}
 }
