@@ -61,15 +61,16 @@ func decideComparison(cfg config, rig *redisRig, rep *report) error {
 	joint := `  local g = k - 1
   return "/v1/decide", string.format('{"items":[{"limiter":"dec-%d-0"},{"limiter":"dec-%d-1"},{"limiter":"dec-%d-2"}]}', g, g, g)`
 	body3 := `{"items":[{"limiter":"dec-0-0"},{"limiter":"dec-0-1"},{"limiter":"dec-0-2"}]}`
-	var systems []system
-	for _, b := range []struct {
+	backends := []struct {
 		name    string
 		p       *proc
 		servers []*proc
 	}{
 		{"memory", rig.svcMemory, []*proc{rig.svcMemory}},
 		{"Redis", rig.svcRedis, []*proc{rig.svcRedis, rig.redis}},
-	} {
+	}
+	var systems []system
+	for _, b := range backends {
 		systems = append(systems,
 			system{fmt.Sprintf("%s backend, single acquisition", b.name), b.p, b.servers, single, acquireBody, "/v1/limiters/dec-0-0/acquire", 1},
 			system{fmt.Sprintf("%s backend, decide 3 limiters", b.name), b.p, b.servers, joint, body3, "/v1/decide", 1})
@@ -78,14 +79,7 @@ func decideComparison(cfg config, rig *redisRig, rep *report) error {
 	keyedJoint := `  local g = k - 1
   return "/v1/decide", string.format('{"items":[{"limiter":"kdec-ip","key":"10.0.%d.%d"},{"limiter":"kdec-user","key":"user-%d"},{"limiter":"kdec-global"}]}', math.floor(g / 256), g % 256, g)`
 	keyedBody3 := `{"items":[{"limiter":"kdec-ip","key":"10.0.0.0"},{"limiter":"kdec-user","key":"user-0"},{"limiter":"kdec-global"}]}`
-	for _, b := range []struct {
-		name    string
-		p       *proc
-		servers []*proc
-	}{
-		{"memory", rig.svcMemory, []*proc{rig.svcMemory}},
-		{"Redis", rig.svcRedis, []*proc{rig.svcRedis, rig.redis}},
-	} {
+	for _, b := range backends {
 		systems = append(systems,
 			system{b.name + " backend, keyed acquisition", b.p, b.servers, keyedSingle, `{"key":"user-0","permits":1}`, "/v1/limiters/kdec-user/acquire", 1},
 			system{b.name + " backend, decide 2 keys and 1 limiter", b.p, b.servers, keyedJoint, keyedBody3, "/v1/decide", 1})

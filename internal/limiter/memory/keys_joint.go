@@ -275,14 +275,20 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode) (fo
 		return nil, true
 	}
 	if mode == limiter.Peek {
+		var full []int // the keys that could not get room now
 		for j := range parts {
 			if c := &parts[j].cell; parts[j].l == nil && !c.found && c.atBound {
-				// No room for it: what a Take would be told.
-				found = limiter.DecideBuckets(now, bs, totals, limiter.Peek)
-				unlockAll()
-				found[j] = c.atBoundCheck()
-				return found, false
+				full = append(full, j)
 			}
+		}
+		if len(full) > 0 {
+			// What a Take would be told.
+			found = limiter.DecideBuckets(now, bs, totals, limiter.Peek)
+			unlockAll()
+			for _, j := range full {
+				found[j] = parts[j].cell.atBoundCheck()
+			}
+			return found, false
 		}
 	}
 	found = limiter.DecideBuckets(now, bs, totals, mode)

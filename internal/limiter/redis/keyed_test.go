@@ -531,7 +531,7 @@ func testKeyedJointReplicas(t *testing.T, c rueidis.Client) {
 		t.Run(string(alg), func(t *testing.T) {
 			ctx := context.Background()
 			replicas := newReplicas(t, c, 3)
-			const global, userLimit, ipLimit = 100_000, 60, 150
+			const global, userLimit, ipLimit = 100_000, 60, 100
 			users := []string{"u1", "user:{2}", "ключ-3", strings.Repeat("u", limiter.MaxKeyLen)}
 			ips := []string{"10.0.0.1", "2001:db8::{1}"}
 			putIn(t, replicas[0], "global", "g", limiter.Policy{Limit: global, Period: limiter.MaxPeriod})
@@ -541,6 +541,7 @@ func testKeyedJointReplicas(t *testing.T, c rueidis.Client) {
 			var (
 				mu               sync.Mutex
 				granted          = map[string]int64{}
+				deniedBy         = map[string]int{} // checks that did not fit, by limiter
 				allowed, refused int
 				failed           []error
 				wg               sync.WaitGroup
@@ -550,7 +551,12 @@ func testKeyedJointReplicas(t *testing.T, c rueidis.Client) {
 				wg.Go(func() {
 					rng := rand.New(rand.NewPCG(uint64(w), 2))
 					for range concurrentCalls {
+						// The first user half the time: its key binds
+						// early, the IPs' keys later.
 						u, ip := users[rng.IntN(len(users))], ips[rng.IntN(len(ips))]
+						if rng.IntN(2) == 0 {
+							u = users[0]
+						}
 						items := []limiter.Item{
 							{Name: "per-ip", Key: ip, Permits: 1 + rng.Int64N(3)},
 							{Name: "global", Permits: 1 + rng.Int64N(2)},
@@ -573,6 +579,11 @@ func testKeyedJointReplicas(t *testing.T, c rueidis.Client) {
 							}
 						default:
 							refused++
+							for _, ch := range v.Checks {
+								if !ch.Fits {
+									deniedBy[ch.Name]++
+								}
+							}
 						}
 						mu.Unlock()
 						if err == nil && len(v.Checks) != len(items) {
@@ -595,9 +606,12 @@ func testKeyedJointReplicas(t *testing.T, c rueidis.Client) {
 			if len(failed) > 0 {
 				t.Fatalf("%d decisions failed, the first: %v", len(failed), failed[0])
 			}
-			t.Logf("%d decisions allowed, %d denied, across 3 replicas", allowed, refused)
+			t.Logf("%d decisions allowed, %d denied, across 3 replicas; checks that did not fit: %v", allowed, refused, deniedBy)
 			if allowed == 0 || refused == 0 || allowed+refused != concurrentWorkers*concurrentCalls {
 				t.Errorf("%d allowed and %d denied of %d: want both", allowed, refused, concurrentWorkers*concurrentCalls)
+			}
+			if deniedBy["per-user"] == 0 || deniedBy["per-ip"] == 0 {
+				t.Errorf("checks that did not fit: %v: want both keyed limiters to bind", deniedBy)
 			}
 			reader := replicas[1]
 			for name, ks := range map[string][]string{"per-user": users, "per-ip": ips} {

@@ -89,4 +89,28 @@ func testKeyed(t *testing.T, s limiter.Store) {
 	if a, _ := s.AvailableKey(ctx(t), "per-user", "bob"); a.Remaining != 9 {
 		t.Errorf("bob after the refused decisions: %d left, want 9", a.Remaining)
 	}
+
+	// Two tables full of limited keys: a Peek of a newcomer in each reports
+	// both without room, as a Take would.
+	one := limiter.Policy{Limit: 1, Period: limiter.MaxPeriod}
+	for _, name := range []string{"full-user", "full-ip"} {
+		if _, err := s.Put(ctx(t), limiter.Definition{Name: name, Policy: one, Group: "full", Keyed: true, MaxKeys: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := s.Decide(ctx(t), []limiter.Item{{Name: "full-user", Key: "a", Permits: 1}, {Name: "full-ip", Key: "x", Permits: 1}}, limiter.Take, ""); err != nil || !v.Allowed {
+		t.Fatalf("first keys: got %+v, %v, want allowed", v, err)
+	}
+	newcomers := []limiter.Item{{Name: "full-user", Key: "b", Permits: 1}, {Name: "full-ip", Key: "y", Permits: 1}}
+	for _, mode := range []limiter.Mode{limiter.Peek, limiter.Take} {
+		v, err := s.Decide(ctx(t), newcomers, mode, "")
+		if err != nil || v.Allowed {
+			t.Fatalf("%s of newcomers: got %+v, %v, want denied", mode, v, err)
+		}
+		for _, c := range v.Checks {
+			if c.Fits || !c.KeysFull || c.Remaining != 0 || c.RetryAfter <= 0 {
+				t.Errorf("%s of newcomers: check %+v, want keys full with a wait", mode, c)
+			}
+		}
+	}
 }

@@ -465,14 +465,13 @@ for _ = 0, 2 * count do
   locate()
   local cs, all = judge()
   if mode == 'peek' then
-    -- What a Take would be told of the first key that cannot get room.
+    -- What a Take would be told of each key that cannot get room.
     for j = 1, count do
       local p = ps[j]
       if p.idx and not p.old and redis.call('ZCARD', p.idx) >= p.max then
         local wait = victim_wait(p)
         if wait then
           full(cs[j], wait)
-          break
         end
       end
     end
