@@ -160,8 +160,7 @@ type DecideItem struct {
 	// Key The key of a keyed limiter whose bucket the item names; required
 	// for a keyed limiter, refused for one that is not. The keys of
 	// one decision must belong to limiters of one group, unless the
-	// decision names one key of one limiter. Reservations take no keys
-	// yet.
+	// decision names one key of one limiter.
 	Key *Key `json:"key,omitempty"`
 
 	// Limiter The limiter's name: 1 to 128 ASCII letters, digits, `.`, `_` or
@@ -626,10 +625,13 @@ type ReserveRequest struct {
 	TTL *string `json:"ttl,omitempty"`
 }
 
-// SettleItem What was spent on one limiter of a reservation.
+// SettleItem What was spent on one limiter (or one key of a keyed limiter) of a reservation.
 //
 // Example: {"limiter":"llm-tokens","permits":6500}
 type SettleItem struct {
+	// Key The key of a keyed limiter that the reservation took from, as it was reserved.
+	Key *Key `json:"key,omitempty"`
+
 	// Limiter The limiter's name.
 	//
 	// Example: llm-tokens

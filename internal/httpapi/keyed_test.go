@@ -219,10 +219,6 @@ func TestKeyedDecide(t *testing.T) {
 			t.Errorf("%s: %v %d %s, want a 400 at body.items", tc.name, err, res.StatusCode(), res.Body)
 		}
 	}
-	res, err := e.c.ReserveWithResponse(ctx, nil, client.ReserveRequest{Items: []client.DecideItem{{Limiter: "api-per-user", Key: &a}}})
-	if err != nil || res.StatusCode() != http.StatusBadRequest || !strings.Contains(string(res.Body), "no keys") {
-		t.Errorf("a reservation of a key: %v %d %s, want a 400 saying reservations take no keys", err, res.StatusCode(), res.Body)
-	}
 	if got := e.available("api-global"); got != 97 {
 		t.Errorf("global after the refusals: %d left, want 97", got)
 	}
@@ -246,5 +242,36 @@ func TestKeyedDecide(t *testing.T) {
 	}
 	if got := e.available("api-global"); got != 96 {
 		t.Errorf("global after tiny: %d left, want 96", got)
+	}
+}
+
+// TestKeyedReservation: a reservation of one key of a keyed limiter in no
+// group is settled through its ID, which names the key; a settlement
+// naming another key is refused and changes nothing.
+func TestKeyedReservation(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	keyed := true
+	e.put("llm-per-user", client.LimiterSpec{Limit: 10, Period: "1h", Keyed: &keyed})
+	alice, bob := "alice: user/1", "bob"
+	n := int64(8)
+	res, err := e.c.ReserveWithResponse(ctx, nil, client.ReserveRequest{Items: []client.DecideItem{{Limiter: "llm-per-user", Key: &alice, Permits: &n}}})
+	if err != nil || res.JSON200 == nil || !res.JSON200.Allowed || res.JSON200.Reservation == nil || res.JSON200.Items[0].Remaining != 2 {
+		t.Fatalf("reserve 8 of alice's 10: %v %s", err, res.Body)
+	}
+	id := *res.JSON200.Reservation
+	wrong, err := e.c.SettleReservationWithResponse(ctx, id, nil, client.SettleRequest{Items: []client.SettleItem{{Limiter: "llm-per-user", Key: &bob, Permits: 1}}})
+	if err != nil || wrong.StatusCode() != http.StatusBadRequest || !strings.Contains(string(wrong.Body), `key \"bob\"`) {
+		t.Errorf("a settlement of another key: %v %d %s, want a 400 naming the key", err, wrong.StatusCode(), wrong.Body)
+	}
+	set, err := e.c.SettleReservationWithResponse(ctx, id, nil, client.SettleRequest{Items: []client.SettleItem{{Limiter: "llm-per-user", Key: &alice, Permits: 3}}})
+	if err != nil || set.JSON200 == nil || set.JSON200.Items[0].Remaining != 7 || set.JSON200.Items[0].Key == nil || *set.JSON200.Items[0].Key != alice {
+		t.Errorf("settle alice at 3: %v %s, want 7 left", err, set.Body)
+	}
+	for key, want := range map[string]int64{alice: 7, bob: 10} {
+		a, err := e.c.GetAvailableWithResponse(ctx, "llm-per-user", &client.GetAvailableParams{Key: &key})
+		if err != nil || a.JSON200 == nil || a.JSON200.Remaining != want {
+			t.Errorf("%s after the settlement: %v %s, want %d left", key, err, a.Body, want)
+		}
 	}
 }

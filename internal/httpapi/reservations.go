@@ -59,6 +59,9 @@ func (s *server) SettleReservation(ctx context.Context, req gen.SettleReservatio
 	actual := make([]limiter.Item, len(req.Body.Items))
 	for i, it := range req.Body.Items {
 		actual[i] = limiter.Item{Name: it.Limiter, Permits: it.Permits}
+		if it.Key != nil {
+			actual[i].Key = *it.Key
+		}
 	}
 	once := ""
 	if req.Params.IdempotencyKey != nil {

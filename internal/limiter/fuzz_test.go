@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -116,11 +117,13 @@ func FuzzCheckName(f *testing.F) {
 }
 
 // FuzzParseReservationID: any text either parses to a scope and a random
-// part from which NewReservationID's format gives the text back, or is
-// refused with ErrInvalidReservation; it never panics.
+// part from which NewReservationID's format gives the text back (a key
+// of a keyed limiter valid, and its base64url canonical), or is refused
+// with ErrInvalidReservation; it never panics.
 func FuzzParseReservationID(f *testing.F) {
 	for _, seed := range []string{
 		limiter.NewReservationID("g:checkout"), limiter.NewReservationID("l:a.b-c_d"),
+		limiter.NewReservationID("k:per.user\x00alice: user/1"), "k.a.YQ.00000000000000000000000000000000", "k.a.YR.00000000000000000000000000000000", "k.a.AA.00000000000000000000000000000000",
 		"", "g.", "g..0", "x.a.00000000000000000000000000000000", "g.-a.00000000000000000000000000000000",
 		"l.a.0000000000000000000000000000000g", "g.a.b.00000000000000000000000000000000",
 	} {
@@ -135,8 +138,15 @@ func FuzzParseReservationID(f *testing.F) {
 			return
 		}
 		kind, where, ok := strings.Cut(scope, ":")
-		if !ok || (kind != "g" && kind != "l") || !limiter.ValidName(where) || len(random) != 32 {
+		name, key, keyed := strings.Cut(where, "\x00")
+		if !ok || (kind != "g" && kind != "l" && kind != "k") || keyed != (kind == "k") || !limiter.ValidName(name) || len(random) != 32 {
 			t.Fatalf("ParseReservationID(%q) = %q, %q", id, scope, random)
+		}
+		if keyed {
+			if err := limiter.CheckKey(key); err != nil {
+				t.Fatalf("ParseReservationID(%q) = %q, whose key is invalid: %v", id, scope, err)
+			}
+			where = name + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
 		}
 		if again := kind + "." + where + "." + random; again != id {
 			t.Fatalf("ParseReservationID(%q) = %q, %q, which format as %q", id, scope, random, again)

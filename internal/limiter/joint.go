@@ -73,20 +73,30 @@ func Lock(ls []*Limiter) (unlock func()) {
 // DecideAll does; found[j] is ls[j] as it is then, Fits set. The limiters
 // must be distinct.
 func AdjustAll(now int64, ls []*Limiter, deltas []int64) (found []Check) {
-	t := clampNow(now)
 	unlock := Lock(ls)
-	found = make([]Check, len(ls))
+	bs := make([]*Bucket, len(ls))
 	for j, l := range ls {
+		bs[j] = &l.b
+	}
+	found = AdjustBuckets(now, bs, deltas)
+	unlock()
+	return found
+}
+
+// AdjustBuckets is AdjustAll on buckets that the caller guards.
+func AdjustBuckets(now int64, bs []*Bucket, deltas []int64) (found []Check) {
+	t := clampNow(now)
+	found = make([]Check, len(bs))
+	for j, b := range bs {
 		switch d := deltas[j]; {
 		case d > 0:
-			found[j] = l.b.adjust(t, d, Charge)
+			found[j] = b.adjust(t, d, Charge)
 		case d < 0:
-			found[j] = l.b.adjust(t, -d, Refund)
+			found[j] = b.adjust(t, -d, Refund)
 		default:
-			found[j] = l.b.state(t)
+			found[j] = b.state(t)
 		}
 	}
-	unlock()
 	return found
 }
 

@@ -44,9 +44,6 @@ var (
 	ErrTooManyKeys = errors.New("too many keys")
 	// ErrInvalidK reports a Lowest count outside 1..MaxLowest.
 	ErrInvalidK = errors.New("invalid number of keys")
-	// ErrKeyedReservation reports a reservation that names a key of a
-	// keyed limiter: reservations take plain limiters only, for now.
-	ErrKeyedReservation = fmt.Errorf("%w: reservations take no keys yet", ErrInvalidItems)
 )
 
 // KeyEntry is one key of a keyed limiter in a Lowest answer, as seen at the

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -48,12 +49,16 @@ var (
 )
 
 // NewReservationID returns a new, random reservation ID for the decision
-// whose Scope is scope: "g.<group>.<32 hex digits>" or
-// "l.<limiter>.<32 hex digits>".
+// whose Scope is scope: "g.<group>.<32 hex digits>",
+// "l.<limiter>.<32 hex digits>", or for a key of a keyed limiter in no
+// group "k.<limiter>.<the key in unpadded base64url>.<32 hex digits>".
 func NewReservationID(scope string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	kind, where, _ := strings.Cut(scope, ":")
+	if name, key, ok := strings.Cut(where, "\x00"); ok {
+		where = name + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
+	}
 	return kind + "." + where + "." + hex.EncodeToString(b[:])
 }
 
@@ -62,7 +67,7 @@ func NewReservationID(scope string) string {
 // wrapping ErrInvalidReservation.
 func ParseReservationID(id string) (scope, random string, err error) {
 	invalid := fmt.Errorf("%w: %q is not a reservation ID", ErrInvalidReservation, truncate(id, 3*MaxNameLen))
-	if len(id) < 4 || (id[:2] != "g." && id[:2] != "l.") {
+	if len(id) < 4 || (id[:2] != "g." && id[:2] != "l." && id[:2] != "k.") {
 		return "", "", invalid
 	}
 	i := strings.LastIndexByte(id, '.')
@@ -70,30 +75,50 @@ func ParseReservationID(id string) (scope, random string, err error) {
 		return "", "", invalid
 	}
 	where, random := id[2:i], id[i+1:]
-	if len(random) != 32 || strings.Trim(random, "0123456789abcdef") != "" || !ValidName(where) {
+	if len(random) != 32 || strings.Trim(random, "0123456789abcdef") != "" {
+		return "", "", invalid
+	}
+	if id[0] == 'k' {
+		// The key's base64url holds no '.': the limiter's name ends at
+		// the last one.
+		j := strings.LastIndexByte(where, '.')
+		if j < 0 {
+			return "", "", invalid
+		}
+		key, err := base64.RawURLEncoding.Strict().DecodeString(where[j+1:])
+		if err != nil || CheckKey(string(key)) != nil || !ValidName(where[:j]) {
+			return "", "", invalid
+		}
+		where = where[:j] + "\x00" + string(key)
+	} else if !ValidName(where) {
 		return "", "", invalid
 	}
 	return id[:1] + ":" + where, random, nil
 }
 
 // InvalidSettlement is the error of a settlement of the reservation id
-// naming a limiter, name, that it does not hold.
-func InvalidSettlement(id, name string) error {
-	return fmt.Errorf("%w: reservation %s holds nothing of limiter %q", ErrInvalidReservation, id, name)
+// naming a limiter (and key) that it does not hold.
+func InvalidSettlement(id string, it Item) error {
+	if it.Key != "" {
+		return fmt.Errorf("%w: reservation %s holds nothing of key %q of limiter %q", ErrInvalidReservation, id, it.Key, it.Name)
+	}
+	return fmt.Errorf("%w: reservation %s holds nothing of limiter %q", ErrInvalidReservation, id, it.Name)
 }
 
 // CheckSettlementScope reports whether actual can settle the reservation
 // id, whose Scope is scope, by where its limiters live: a reservation of a
-// limiter in no group holds that limiter only, so a settlement naming any
-// other is refused with InvalidSettlement before anything is looked up.
+// limiter in no group holds that limiter only (or that key of it), so a
+// settlement naming any other is refused with InvalidSettlement before
+// anything is looked up.
 func CheckSettlementScope(scope, id string, actual []Item) error {
 	kind, where, _ := strings.Cut(scope, ":")
-	if kind != "l" {
+	if kind == "g" {
 		return nil
 	}
+	name, key, _ := strings.Cut(where, "\x00")
 	for _, it := range actual {
-		if it.Name != where {
-			return InvalidSettlement(id, it.Name)
+		if it.Name != name || it.Key != key {
+			return InvalidSettlement(id, it)
 		}
 	}
 	return nil
@@ -109,6 +134,11 @@ func CheckSettlement(actual []Item) error {
 	for i, it := range actual {
 		if err := CheckName(it.Name); err != nil {
 			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if it.Key != "" {
+			if err := CheckKey(it.Key); err != nil {
+				return fmt.Errorf("item %d (%q): %w", i, it.Name, err)
+			}
 		}
 		if it.Permits < 0 || it.Permits > MaxLimit {
 			return fmt.Errorf("item %d (%q): %w: a settlement's permits must be between 0 and %d, got %d", i, it.Name, ErrInvalidPermits, int64(MaxLimit), it.Permits)
@@ -177,11 +207,6 @@ func (s *Service) Reserve(ctx context.Context, items []Item, ttl time.Duration, 
 	}
 	if ttl < time.Millisecond || ttl > MaxReservationTTL {
 		return Verdict{}, fmt.Errorf("limiter: reserve: %w: the TTL must be between 1ms and %s, got %s", ErrInvalidReservation, MaxReservationTTL, ttl)
-	}
-	for _, it := range items {
-		if it.Key != "" {
-			return Verdict{}, fmt.Errorf("limiter: reserve: %w", ErrKeyedReservation)
-		}
 	}
 	// A degraded verdict has no Reservation: no reservation can be
 	// promised without the store, under either failure mode.

@@ -181,11 +181,13 @@ type part struct {
 }
 
 // decideParts decides parts (totals[j] permits of parts[j]) together at
-// now under mode, as limiter.DecideAll does for plain limiters. It
-// reports retry when a key needed room, which it made after letting go of
-// its locks: the caller decides again. When the room cannot be made now,
-// that key's check is KeysFull, and nothing is recorded.
-func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode) (found []limiter.Check, retry bool) {
+// now under mode, as limiter.DecideAll does for plain limiters; with
+// settle, totals are signed and adjusted as limiter.AdjustAll does (mode
+// is then Charge). It reports retry when a key needed room, which it made
+// after letting go of its locks: the caller decides again. When the room
+// cannot be made now, that key's check is KeysFull, and nothing is
+// recorded.
+func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, settle bool) (found []limiter.Check, retry bool) {
 	var plain []*limiter.Limiter
 	var cells []*cell
 	for j := range parts {
@@ -195,12 +197,22 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode) (fo
 			cells = append(cells, &parts[j].cell)
 		}
 	}
-	records := mode == limiter.Take || mode == limiter.Charge
-	for _, c := range cells {
-		switch {
+	// records reports whether part j records permits, and so needs room
+	// for a key its table does not remember.
+	records := func(j int) bool {
+		if settle {
+			return totals[j] > 0
+		}
+		return mode == limiter.Take || mode == limiter.Charge
+	}
+	for j := range parts {
+		if parts[j].l != nil {
+			continue
+		}
+		switch c := &parts[j].cell; {
 		case mode == limiter.Peek:
 			c.atBound, c.wait = c.ks.atBound(now)
-		case records:
+		case records(j):
 			c.reserved = c.ks.admission().reserve()
 		}
 	}
@@ -240,13 +252,18 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode) (fo
 		c := &parts[j].cell
 		c.load()
 		bs[j] = &c.b
-		if !c.found && !c.reserved && records {
+		if !c.found && !c.reserved && records(j) {
 			homeless = append(homeless, j)
 		}
 	}
 	if len(homeless) > 0 {
 		// A Take needs the room only if it is allowed: fit first.
-		fit := limiter.DecideBuckets(now, bs, totals, limiter.Peek)
+		var fit []limiter.Check
+		if settle {
+			fit = limiter.AdjustBuckets(now, bs, make([]int64, len(bs)))
+		} else {
+			fit = limiter.DecideBuckets(now, bs, totals, limiter.Peek)
+		}
 		unlockAll()
 		allowed := true
 		for _, f := range fit {
@@ -291,7 +308,11 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode) (fo
 			return found, false
 		}
 	}
-	found = limiter.DecideBuckets(now, bs, totals, mode)
+	if settle {
+		found = limiter.AdjustBuckets(now, bs, totals)
+	} else {
+		found = limiter.DecideBuckets(now, bs, totals, mode)
+	}
 	allowed := true
 	for _, f := range found {
 		allowed = allowed && f.Fits

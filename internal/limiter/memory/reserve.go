@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,10 +28,10 @@ type reservationShard struct {
 	_  [48]byte // keeps neighbouring shards' locks off one cache line
 }
 
-// reservation is what was reserved from each limiter, by limiter.Totals.
+// reservation is what was reserved from each limiter (and key), by
+// limiter.Parts.
 type reservation struct {
-	names   []string
-	totals  []int64
+	parts   []limiter.Item
 	expires int64
 }
 
@@ -90,23 +91,27 @@ func (s *Store) Reserve(_ context.Context, items []limiter.Item, ttl time.Durati
 	if err != nil {
 		return limiter.Verdict{}, err
 	}
-	if j.keyed {
-		return limiter.Verdict{}, limiter.ErrKeyedReservation
-	}
 	reserve := func() (limiter.Verdict, error) {
 		now := s.clock.Now()
 		if !s.rsv.claim(now) {
 			return limiter.Verdict{}, limiter.ErrTooManyReservations
 		}
-		v := limiter.NewVerdict(items, limiter.DecideAll(now, j.ls, j.totals, limiter.Take), j.index)
+		var found []limiter.Check
+		if j.keyed {
+			found = j.decideKeys(s.clock, limiter.Take, nil)
+		} else {
+			found = limiter.DecideAll(now, j.ls, j.totals, limiter.Take)
+		}
+		v := limiter.NewVerdict(items, found, j.index)
 		if !v.Allowed {
 			s.rsv.count.Add(-1)
 			return v, nil
 		}
 		v.Reservation = limiter.NewReservationID(j.scope)
+		parts, _ := limiter.Parts(items)
 		sh := s.rsv.shard(v.Reservation)
 		sh.mu.Lock()
-		sh.m[v.Reservation] = reservation{names: j.names, totals: j.totals, expires: now + int64(ttl)}
+		sh.m[v.Reservation] = reservation{parts: parts, expires: now + int64(ttl)}
 		sh.mu.Unlock()
 		return v, nil
 	}
@@ -146,35 +151,40 @@ func (s *Store) Settle(_ context.Context, id string, actual []limiter.Item, once
 		}
 		items := actual
 		if items == nil {
-			items = make([]limiter.Item, len(x.names))
-			for k, name := range x.names {
-				items[k] = limiter.Item{Name: name}
+			items = make([]limiter.Item, len(x.parts))
+			for k, p := range x.parts {
+				items[k] = limiter.Item{Name: p.Name, Key: p.Key}
 			}
 		}
-		names, totals, index := limiter.Totals(items)
-		deltas := make([]int64, len(names))
-		ls := make([]*limiter.Limiter, len(names))
-		for k, name := range names {
-			r := -1
-			for i, held := range x.names {
-				if held == name {
-					r = i
+		parts, _ := limiter.Parts(items)
+		deltas := make([]int64, len(parts))
+		for k, p := range parts {
+			r := slices.IndexFunc(x.parts, func(held limiter.Item) bool { return held.Name == p.Name && held.Key == p.Key })
+			if r < 0 {
+				return limiter.Verdict{}, limiter.InvalidSettlement(id, p)
+			}
+			deltas[k] = p.Permits - x.parts[r].Permits
+		}
+		j, err := s.joint(items)
+		if err != nil {
+			return limiter.Verdict{}, err
+		}
+		var found []limiter.Check
+		if j.keyed {
+			found = j.decideKeys(s.clock, limiter.Charge, deltas)
+			for _, c := range found {
+				if c.KeysFull {
+					// The charge found no room for its key: nothing
+					// was settled, and the reservation stays.
+					return limiter.NewVerdict(items, found, j.index), nil
 				}
 			}
-			if r < 0 {
-				return limiter.Verdict{}, limiter.InvalidSettlement(id, name)
-			}
-			deltas[k] = totals[k] - x.totals[r]
-			e, err := s.lookup(name)
-			if err != nil {
-				return limiter.Verdict{}, &limiter.MissingError{Name: name}
-			}
-			ls[k] = e.l
+		} else {
+			found = limiter.AdjustAll(now, j.ls, deltas)
 		}
-		found := limiter.AdjustAll(now, ls, deltas)
 		delete(sh.m, id)
 		s.rsv.count.Add(-1)
-		return limiter.NewVerdict(items, found, index), nil
+		return limiter.NewVerdict(items, found, j.index), nil
 	}
 	if once == "" {
 		return settle()

@@ -281,18 +281,7 @@ func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mod
 			found := limiter.DecideAll(s.clock.Now(), j.ls, j.totals, mode)
 			return limiter.NewVerdict(items, found, j.index), nil
 		}
-		for range maxVictimAttempts {
-			found, retry := decideParts(s.clock.Now(), j.parts, j.totals, mode)
-			if !retry {
-				return limiter.NewVerdict(items, found, j.index), nil
-			}
-		}
-		// Room made for a key kept going to others: deny, as an
-		// acquisition that cannot find room does.
-		found, _ := decideParts(s.clock.Now(), j.parts, j.totals, limiter.Peek)
-		v := limiter.NewVerdict(items, found, j.index)
-		v.Allowed = false
-		return v, nil
+		return limiter.NewVerdict(items, j.decideKeys(s.clock, mode, nil), j.index), nil
 	}
 	if once == "" {
 		return decide()
@@ -349,6 +338,38 @@ func (s *Store) joint(items []limiter.Item) (joint, error) {
 	}
 	j.scope = limiter.Scope(items, groups)
 	return j, nil
+}
+
+// decideKeys decides the parts of a joint decision that names keys, by
+// decideParts, until no key needs room made for it, at most
+// maxVictimAttempts times; with deltas, it settles them by those signed
+// amounts instead. When room made for a key kept going to others, it
+// answers what a Peek would, with the first key KeysFull: denied, as an
+// acquisition that cannot find room is.
+func (j *joint) decideKeys(clock *limiter.Clock, mode limiter.Mode, deltas []int64) []limiter.Check {
+	totals, settle := j.totals, deltas != nil
+	if settle {
+		totals, mode = deltas, limiter.Charge
+	}
+	for range maxVictimAttempts {
+		found, retry := decideParts(clock.Now(), j.parts, totals, mode, settle)
+		if !retry {
+			return found
+		}
+	}
+	found, _ := decideParts(clock.Now(), j.parts, j.totals, limiter.Peek, false)
+	for k := range found {
+		if j.parts[k].l == nil && !found[k].Fits {
+			return found
+		}
+	}
+	for k := range found {
+		if j.parts[k].l == nil {
+			found[k].Fits, found[k].KeysFull = false, true
+			break
+		}
+	}
+	return found
 }
 
 func (s *Store) lookup(name string) (entry, error) {

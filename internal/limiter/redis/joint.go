@@ -197,7 +197,7 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 	case len(v) == 1 && v[0] == -2:
 		return limiter.Verdict{}, fmt.Errorf("redis: settle %s: %w", c.reservation, limiter.ErrReservationNotFound)
 	case len(v) == 2 && v[0] == -3 && v[1] >= 1 && v[1] <= int64(len(names)):
-		return limiter.Verdict{}, fmt.Errorf("redis: %w", limiter.InvalidSettlement(c.reservation, names[v[1]-1]))
+		return limiter.Verdict{}, fmt.Errorf("redis: %w", limiter.InvalidSettlement(c.reservation, parts[v[1]-1]))
 	case len(v) == 2 && v[0] == 0 && v[1] >= 1 && v[1] <= int64(len(names)):
 		return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", &limiter.MissingError{Name: names[v[1]-1]})
 	case len(v) == 2 && v[0] == -4 && v[1] >= 1 && v[1] <= int64(len(names)):
@@ -265,10 +265,7 @@ func (s *Store) Settle(ctx context.Context, id string, actual []limiter.Item, on
 		if err != nil {
 			return limiter.Verdict{}, unavailable("cancel", id, err)
 		}
-		for _, f := range strings.Fields(rec) {
-			name, _, _ := strings.Cut(f, "=")
-			actual = append(actual, limiter.Item{Name: name})
-		}
+		actual = reservedParts(rec)
 		if len(actual) == 0 {
 			return limiter.Verdict{}, unavailable("cancel", id, fmt.Errorf("malformed reservation %q", rec))
 		}
@@ -308,4 +305,25 @@ func (s *Store) missing(ctx context.Context, names, groups []string) (string, er
 		}
 	}
 	return "", nil
+}
+
+// reservedParts reads the limiters and keys a reservation's record holds
+// (see decide.lua): name, key and permits separated by US within a part
+// and RS between parts, or, from before reservations held keys,
+// "name=permits" separated by spaces.
+func reservedParts(rec string) []limiter.Item {
+	var parts []limiter.Item
+	if !strings.Contains(rec, "\x1f") {
+		for _, f := range strings.Fields(rec) {
+			name, _, _ := strings.Cut(f, "=")
+			parts = append(parts, limiter.Item{Name: name})
+		}
+		return parts
+	}
+	for _, f := range strings.Split(rec, "\x1e") {
+		if fs := strings.Split(f, "\x1f"); len(fs) == 3 {
+			parts = append(parts, limiter.Item{Name: fs[0], Key: fs[1]})
+		}
+	}
+	return parts
 }

@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
@@ -111,6 +113,81 @@ func testKeyed(t *testing.T, s limiter.Store) {
 			if c.Fits || !c.KeysFull || c.Remaining != 0 || c.RetryAfter <= 0 {
 				t.Errorf("%s of newcomers: check %+v, want keys full with a wait", mode, c)
 			}
+		}
+	}
+
+	testKeyedReservations(t, s)
+}
+
+// testKeyedReservations: reservations of keys, of a keyed limiter in no
+// group (the ID names the key) and of a group's keys beside a plain
+// limiter, settled and cancelled; a settlement naming a key the
+// reservation does not hold is refused and changes nothing.
+func testKeyedReservations(t *testing.T, s limiter.Store) {
+	p := limiter.Policy{Limit: 100, Period: hour}
+	for _, def := range []limiter.Definition{
+		{Name: "rsv-user", Policy: p, Keyed: true},
+		{Name: "llm-user", Policy: p, Group: "llm", Keyed: true},
+		{Name: "llm-global", Policy: limiter.Policy{Limit: 1000, Period: hour}, Group: "llm"},
+	} {
+		if _, err := s.Put(ctx(t), def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := func(name, key string) int64 {
+		t.Helper()
+		if key == "" {
+			return available(t, s, name).Remaining
+		}
+		a, err := s.AvailableKey(ctx(t), name, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Remaining
+	}
+	reserve := func(items ...limiter.Item) string {
+		t.Helper()
+		v, err := s.Reserve(ctx(t), items, time.Minute, "")
+		if err != nil || !v.Allowed || v.Reservation == "" {
+			t.Fatalf("Reserve(%+v): got %+v, %v, want allowed with a reservation", items, v, err)
+		}
+		return v.Reservation
+	}
+	dave := "dave {on} a:b"
+	id := reserve(limiter.Item{Name: "rsv-user", Key: dave, Permits: 50})
+	if !strings.HasPrefix(id, "k.rsv-user.") {
+		t.Errorf("reservation %q of a key of a limiter in no group: want it to start with k.rsv-user.", id)
+	}
+	if _, err := s.Settle(ctx(t), id, []limiter.Item{{Name: "rsv-user", Key: "erin", Permits: 1}}, ""); !errors.Is(err, limiter.ErrInvalidReservation) {
+		t.Errorf("Settle naming another key: got %v, want ErrInvalidReservation", err)
+	}
+	if v, err := s.Settle(ctx(t), id, []limiter.Item{{Name: "rsv-user", Key: dave, Permits: 70}}, ""); err != nil || !v.Allowed || v.Checks[0].Remaining != 30 {
+		t.Errorf("Settle dave's 50 at 70: got %+v, %v, want 30 left", v, err)
+	}
+	if _, err := s.Settle(ctx(t), id, nil, ""); !errors.Is(err, limiter.ErrReservationNotFound) {
+		t.Errorf("Cancel after the settlement: got %v, want ErrReservationNotFound", err)
+	}
+	if got := left("rsv-user", "erin"); got != 100 {
+		t.Errorf("erin: %d left, want 100", got)
+	}
+
+	id = reserve(limiter.Item{Name: "llm-user", Key: "u1", Permits: 60}, limiter.Item{Name: "llm-global", Permits: 60})
+	if v, err := s.Settle(ctx(t), id, []limiter.Item{{Name: "llm-user", Key: "u1", Permits: 80}, {Name: "llm-global", Permits: 80}}, ""); err != nil || !v.Allowed {
+		t.Errorf("Settle u1's 60 at 80: got %+v, %v", v, err)
+	}
+	id = reserve(limiter.Item{Name: "llm-user", Key: "u2", Permits: 10}, limiter.Item{Name: "llm-global", Permits: 10})
+	if _, err := s.Settle(ctx(t), id, []limiter.Item{{Name: "llm-user", Key: "u1", Permits: 1}}, ""); !errors.Is(err, limiter.ErrInvalidReservation) {
+		t.Errorf("Settle naming a key of the group the reservation does not hold: got %v, want ErrInvalidReservation", err)
+	}
+	if v, err := s.Settle(ctx(t), id, nil, ""); err != nil || !v.Allowed || len(v.Checks) != 2 || v.Checks[0].Key != "u2" {
+		t.Errorf("Cancel of u2's reservation: got %+v, %v, want both parts given back", v, err)
+	}
+	for _, c := range []struct {
+		name, key string
+		want      int64
+	}{{"llm-user", "u1", 20}, {"llm-user", "u2", 100}, {"llm-global", "", 920}, {"rsv-user", dave, 30}} {
+		if got := left(c.name, c.key); got != c.want {
+			t.Errorf("%s %q: %d left, want %d", c.name, c.key, got, c.want)
 		}
 	}
 }

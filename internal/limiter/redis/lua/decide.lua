@@ -20,12 +20,16 @@
 --
 -- ARGV[5+n] is a reservation's time to live in milliseconds, or empty,
 -- and ARGV[5+n+j] the name of limiter j. A 'take' with a time to live that
--- is granted also records the reservation: "name=permits ..." of each
--- limiter; its reply ends with the reservation's ID, ARGV[6+3n] to
--- ARGV[9+3n], four 32-bit numbers, which a replay gives back. 'settle' charges or refunds each limiter the difference between
--- ARGV[2+j], what was spent, and what the reservation holds of it, then
--- deletes the reservation: {-2} when there is none, {-3, j} when it holds
--- nothing of limiter j, and nothing changes then.
+-- is granted also records the reservation: name, key and permits of each
+-- part, separated by the control characters US (31) within a part and RS
+-- (30) between parts, which neither names nor keys hold; its reply ends
+-- with the reservation's ID, ARGV[6+3n] to ARGV[9+3n], four 32-bit
+-- numbers, which a replay gives back. 'settle' charges or refunds each
+-- part the difference between ARGV[2+j], what was spent, and what the
+-- reservation holds of it, then deletes the reservation: {-2} when there
+-- is none, {-3, j} when it holds nothing of part j, and nothing changes
+-- then; when a charge finds no room for its key, nothing is settled and
+-- the reservation stays.
 --
 -- Keys. ARGV[5+2n+j] is the key of part j of a keyed limiter, '' for a
 -- plain limiter; a keyed part's state and its table's indexes are named
@@ -175,11 +179,18 @@ if mode == 'settle' then
   if not rec then
     return {-2}
   end
-  for name, n in string.gmatch(rec, '([^ =]+)=(%d+)') do
-    held[name] = tonumber(n)
+  if string.find(rec, '\31', 1, true) then
+    for name, key, n in string.gmatch(rec, '([^\30\31]+)\31([^\30\31]*)\31(%d+)') do
+      held[name .. '\31' .. key] = tonumber(n)
+    end
+  else
+    -- A reservation made before reservations held keys.
+    for name, n in string.gmatch(rec, '([^ =]+)=(%d+)') do
+      held[name .. '\31'] = tonumber(n)
+    end
   end
   for j = 1, count do
-    if not held[ARGV[5 + count + j]] then
+    if not held[ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j]] then
       return {-3, j}
     end
   end
@@ -332,9 +343,9 @@ local function reply(cs, granted)
   if granted and rsv_ttl ~= '' then
     local rec = {}
     for j = 1, count do
-      rec[j] = ARGV[5 + count + j] .. '=' .. ARGV[2 + j]
+      rec[j] = ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j] .. '\31' .. ARGV[2 + j]
     end
-    redis.call('SET', rsv, table.concat(rec, ' '), 'PX', rsv_ttl)
+    redis.call('SET', rsv, table.concat(rec, '\30'), 'PX', rsv_ttl)
   end
   local r = {1}
   for j = 1, count do
@@ -442,7 +453,7 @@ if mode == 'charge' or mode == 'refund' or mode == 'settle' then
   for j = 1, count do
     local n = ps[j].n
     if mode == 'settle' then
-      n = n - held[ARGV[5 + count + j]]
+      n = n - held[ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j]]
       if n > 0 then
         modes[j], ns[j] = 'charge', n
       elseif n < 0 then
