@@ -509,6 +509,16 @@ for _ = 0, 2 * count do
     end
   end
   if blocked or mode == 'take' and not all then
+    if mode == 'settle' then
+      -- A settlement reports the other parts as they stand, as adjust
+      -- would with nothing to adjust.
+      for j = 1, count do
+        local c = cs[j]
+        if c.keys_full == 0 then
+          c.fits, c.retry_us, c.retry_ns, c.exceeds = 1, 0, 0, 0
+        end
+      end
+    end
     return remember(reply(cs, false))
   end
   local p = ps[hs[1]]
