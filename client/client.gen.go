@@ -120,6 +120,11 @@ type BatchAcquireResults struct {
 //
 // Example: {"limiter":"checkout-api","permits":5}
 type BatchAcquisition struct {
+	// Key The key of a keyed limiter to take from; required for a keyed
+	// limiter, refused for one that is not (that acquisition's result
+	// is then a 400 problem, the others are decided).
+	Key *Key `json:"key,omitempty"`
+
 	// Limiter The limiter's name: 1 to 128 ASCII letters, digits, `.`, `_` or
 	// `-`, starting with a letter or digit.
 	//

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -26,6 +27,9 @@ func (s *server) AcquireBatch(ctx context.Context, req gen.AcquireBatchRequestOb
 			if it.Permits != nil {
 				bt.reqs[i].Permits = *it.Permits
 			}
+			if it.Key != nil {
+				bt.reqs[i].Key = *it.Key
+			}
 		}
 	}
 	reqs := bt.reqs
@@ -36,6 +40,11 @@ func (s *server) AcquireBatch(ctx context.Context, req gen.AcquireBatchRequestOb
 		}
 		if err := limiter.CheckPermits(reqs[i].Permits); err != nil {
 			errs = append(errs, gen.FieldError{Location: fmt.Sprintf("body.acquisitions.%d.permits", i), Message: reason(err, limiter.ErrInvalidPermits)})
+		}
+		if reqs[i].Key != "" {
+			if err := limiter.CheckKey(reqs[i].Key); err != nil {
+				errs = append(errs, gen.FieldError{Location: fmt.Sprintf("body.acquisitions.%d.key", i), Message: reason(err, limiter.ErrInvalidKey)})
+			}
 		}
 	}
 	if errs != nil {
@@ -71,6 +80,8 @@ func (s *server) itemProblem(ctx context.Context, name string, err error) *gen.P
 		status, detail = http.StatusServiceUnavailable, "The request was cancelled or timed out."
 	case errors.Is(err, limiter.ErrUnavailable):
 		status, detail = http.StatusServiceUnavailable, "The limiter backend is unavailable."
+	case errors.Is(err, limiter.ErrKeyMismatch):
+		status, detail = http.StatusBadRequest, strings.TrimPrefix(reason(err, limiter.ErrKeyMismatch), limiter.ErrKeyMismatch.Error()+": ")+"."
 	default:
 		s.log.ErrorContext(ctx, "batch acquisition failed", "limiter", name, "error", err)
 	}

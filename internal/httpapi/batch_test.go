@@ -192,7 +192,7 @@ func TestConcurrentBatchesKeepTheirOwnResults(t *testing.T) {
 // writes.
 func TestBatchAnswerMatchesGenerated(t *testing.T) {
 	detail := `Limiter "a<b>&c" does not exist.`
-	reqs := []limiter.Request{{Name: "a"}, {Name: "a.b_c-d"}, {Name: "z"}, {Name: "d"}, {Name: "a<b>&c"}, {Name: "e"}, {Name: "f"}}
+	reqs := []limiter.Request{{Name: "a"}, {Name: "a.b_c-d"}, {Name: "z"}, {Name: "d"}, {Name: "a<b>&c"}, {Name: "e"}, {Name: "f"}, {Name: "k", Key: `user "<42>"`}, {Name: "k", Key: "é"}}
 	results := []limiter.Result{
 		{Decision: limiter.Decision{Allowed: true, Permits: 5, Remaining: 4, Limit: 9, ResetAfter: 33333333334}},
 		{Decision: limiter.Decision{Permits: 5, Remaining: 4, Limit: 9, ResetAfter: 33333333334, RetryAfter: 6666666667}},
@@ -201,6 +201,8 @@ func TestBatchAnswerMatchesGenerated(t *testing.T) {
 		{Err: limiter.ErrNotFound},
 		{Err: limiter.ErrUnavailable},
 		{Decision: limiter.Decision{Allowed: true, Permits: limiter.MaxLimit, Limit: limiter.MaxLimit, ResetAfter: math.MaxInt64}},
+		{Decision: limiter.Decision{Allowed: true, Permits: 1, Remaining: 2, Limit: 3, ResetAfter: 1e9}},
+		{Decision: limiter.Decision{Permits: 1, Limit: 3, RetryAfter: 2e9, ResetAfter: 2e9}, KeysFull: true},
 	}
 	problems := map[int]*gen.Problem{
 		4: {Type: "about:blank", Title: "Not Found", Status: 404, Detail: &detail},
@@ -215,6 +217,13 @@ func TestBatchAnswerMatchesGenerated(t *testing.T) {
 				continue
 			}
 			d := decisionOf(results[i].Decision)
+			if key := reqs[i].Key; key != "" {
+				d.Key = &key
+				if results[i].KeysFull {
+					full := true
+					d.KeysFull = &full
+				}
+			}
 			generated[i].Decision = &d
 		}
 		got, want := httptest.NewRecorder(), httptest.NewRecorder()

@@ -54,9 +54,9 @@ func batchOf(ctx context.Context) (*batch, bool) {
 
 // checkBatch reads a BatchAcquireRequest body, which is valid JSON: an
 // object whose only member is "acquisitions", an array of 1 to
-// limiter.MaxBatch objects, each with a "limiter" name and optional
-// "permits". It appends the acquisitions to reqs, permits defaulting to 1,
-// or returns the first thing wrong with the body.
+// limiter.MaxBatch objects, each with a "limiter" name, an optional "key"
+// and optional "permits". It appends the acquisitions to reqs, permits
+// defaulting to 1, or returns the first thing wrong with the body.
 func checkBatch(data []byte, reqs []limiter.Request) ([]limiter.Request, *problem) {
 	var (
 		p    *problem
@@ -136,8 +136,8 @@ func checkAcquisition(data []byte, i int, prev string) (limiter.Request, *proble
 		return r, invalid(where(""), "must be an object")
 	}
 	var (
-		p                   *problem
-		hasName, hasPermits bool
+		p                           *problem
+		hasName, hasPermits, hasKey bool
 	)
 	members(data, func(key, value []byte) bool {
 		switch string(key) {
@@ -159,6 +159,16 @@ func checkAcquisition(data []byte, i int, prev string) (limiter.Request, *proble
 				if msg := checkName(r.Name); msg != "" {
 					p = invalid(where(".limiter"), msg)
 				}
+			}
+		case "key":
+			if hasKey {
+				p = invalid(where(".key"), "appears more than once")
+				break
+			}
+			hasKey = true
+			var msg string
+			if r.Key, msg = checkKey(value); msg != "" {
+				p = invalid(where(".key"), msg)
 			}
 		case "permits":
 			if hasPermits {
@@ -225,7 +235,8 @@ func (a *batchAnswer) VisitAcquireBatchResponse(w http.ResponseWriter) error {
 		p := a.problems[i]
 		if p == nil {
 			b = append(b, `"decision":`...)
-			b = appendDecision(b, r.Decision, false, "", false)
+			key := a.reqs[i].Key
+			b = appendDecision(b, r.Decision, key != "", key, r.KeysFull)
 			b = append(b, ',')
 		}
 		b = append(b, `"limiter":`...)

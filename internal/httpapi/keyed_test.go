@@ -275,3 +275,38 @@ func TestKeyedReservation(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyedBatch: a batch names keys; an acquisition that does not fit its
+// limiter's definition is a 400 problem of its own, the others decided.
+func TestKeyedBatch(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	keyed := true
+	e.put("batch-per-user", client.LimiterSpec{Limit: 3, Period: "1h", Keyed: &keyed})
+	e.put("batch-plain", client.LimiterSpec{Limit: 3, Period: "1h"})
+	u1, n := "user-1", int64(2)
+	res, err := e.c.AcquireBatchWithResponse(ctx, client.BatchAcquireRequest{Acquisitions: []client.BatchAcquisition{
+		{Limiter: "batch-per-user", Key: &u1, Permits: &n},
+		{Limiter: "batch-per-user", Key: &u1, Permits: &n},
+		{Limiter: "batch-per-user"},
+		{Limiter: "batch-plain", Key: &u1},
+	}})
+	if err != nil || res.JSON200 == nil || len(res.JSON200.Results) != 4 {
+		t.Fatalf("batch: %v %s", err, res.Body)
+	}
+	rs := res.JSON200.Results
+	if d := rs[0].Decision; d == nil || !d.Allowed || d.Remaining != 1 || d.Key == nil || *d.Key != u1 {
+		t.Errorf("user-1 2: got %+v, want allowed with 1 left, naming the key", rs[0])
+	}
+	if d := rs[1].Decision; d == nil || d.Allowed || d.Remaining != 1 {
+		t.Errorf("user-1 2 more: got %+v, want denied with 1 left", rs[1])
+	}
+	for _, r := range rs[2:] {
+		if r.Status != http.StatusBadRequest || r.Problem == nil || r.Problem.Detail == nil || !strings.Contains(*r.Problem.Detail, "keyed") {
+			t.Errorf("%s: got %+v, want a 400 problem saying why", r.Limiter, r)
+		}
+	}
+	if got := e.available("batch-plain"); got != 3 {
+		t.Errorf("batch-plain: %d left, want 3", got)
+	}
+}

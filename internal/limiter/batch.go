@@ -11,16 +11,20 @@ import (
 // MaxBatch is the most acquisitions one call to AcquireBatch decides.
 const MaxBatch = 1000
 
-// Request is one acquisition of a batch: Permits from the limiter Name.
+// Request is one acquisition of a batch: Permits from the limiter Name, or
+// from its key Key when it is keyed.
 type Request struct {
 	Name    string
+	Key     string
 	Permits int64
 }
 
-// Result is the outcome of one Request: its Decision, or the error the same
-// acquisition made alone would have returned (Decision is then zero).
+// Result is the outcome of one Request: its Decision (and for a key, its
+// KeysFull, as KeyDecision has it), or the error the same acquisition made
+// alone would have returned (Decision is then zero).
 type Result struct {
 	Decision Decision
+	KeysFull bool
 	Err      error
 }
 
@@ -32,7 +36,9 @@ type BatchStore interface {
 	// on its own: the batch is not atomic, and one request's failure does
 	// not fail the others. Requests on one limiter are decided in the order
 	// given. len(out) == len(reqs), and every request is valid (CheckName,
-	// CheckPermits).
+	// CheckPermits, and CheckKey when it names a key). A request with a key
+	// is decided as AcquireKey would, one without as Acquire would, and
+	// each fails with ErrKeyMismatch where its limiter says otherwise.
 	AcquireBatch(ctx context.Context, reqs []Request, out []Result)
 }
 
@@ -65,6 +71,9 @@ func (s *Service) AcquireBatch(ctx context.Context, reqs []Request, out []Result
 		if err == nil {
 			err = CheckPermits(r.Permits)
 		}
+		if err == nil && r.Key != "" {
+			err = CheckKey(r.Key)
+		}
 		if err == nil {
 			if index != nil {
 				valid = append(valid, r)
@@ -93,7 +102,12 @@ func (s *Service) AcquireBatch(ctx context.Context, reqs []Request, out []Result
 		bs.AcquireBatch(sctx, valid, results)
 	} else {
 		for i, r := range valid {
-			results[i].Decision, results[i].Err = s.store.Acquire(sctx, r.Name, r.Permits)
+			if r.Key == "" {
+				results[i].Decision, results[i].Err = s.store.Acquire(sctx, r.Name, r.Permits)
+				continue
+			}
+			d, err := s.store.AcquireKey(sctx, r.Name, r.Key, r.Permits)
+			results[i] = Result{Decision: d.Decision, KeysFull: d.KeysFull, Err: err}
 		}
 	}
 	cancel()

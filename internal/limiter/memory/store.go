@@ -180,10 +180,10 @@ func (s *Store) Acquire(_ context.Context, name string, permits int64) (limiter.
 	return e.l.Acquire(s.clock.Now(), permits)
 }
 
-// AcquireBatch decides each reqs[i] into out[i] as Acquire would, all at
-// one reading of the clock: the batch's requests are simultaneous, as
-// concurrent ones are. Requests on one limiter are decided in the order
-// given.
+// AcquireBatch decides each reqs[i] into out[i] as Acquire (or, for a
+// request with a key, AcquireKey) would, all at one reading of the clock:
+// the batch's requests are simultaneous, as concurrent ones are. Requests
+// on one limiter are decided in the order given.
 func (s *Store) AcquireBatch(_ context.Context, reqs []limiter.Request, out []limiter.Result) {
 	now := s.clock.Now()
 	var (
@@ -199,14 +199,20 @@ func (s *Store) AcquireBatch(_ context.Context, reqs []limiter.Request, out []li
 			e, err = s.lookup(name)
 			l = e.l
 		}
-		if err == nil && e.keys != nil {
-			err = limiter.KeyMismatch(name, true)
-		}
-		if err != nil {
-			out[i] = limiter.Result{Err: err}
+		if err == nil && (e.keys != nil) != (r.Key != "") {
+			out[i] = limiter.Result{Err: limiter.KeyMismatch(name, e.keys != nil)}
 			continue
 		}
-		out[i].Decision, out[i].Err = l.Acquire(now, r.Permits)
+		switch {
+		case err != nil:
+			out[i] = limiter.Result{Err: err}
+		case e.keys != nil:
+			d, full := e.keys.Acquire(r.Key, now, r.Permits)
+			out[i] = limiter.Result{Decision: d, KeysFull: full}
+		default:
+			d, err := l.Acquire(now, r.Permits)
+			out[i] = limiter.Result{Decision: d, Err: err}
+		}
 	}
 }
 

@@ -16,7 +16,8 @@ var _ limiter.BatchStore = (*Store)(nil)
 // same decision or the same error, in one pipelined round trip. A batch's
 // requests on one limiter go together as one run of Acquire's script
 // (EVALSHA) that decides each of them in the order given, as if alone, up
-// to maxGroup per run; the runs for all the limiters are sent together.
+// to maxGroup per run; a request naming a key of a keyed limiter is a run
+// of AcquireKey's script of its own. The runs are all sent together.
 // The batch is not atomic: other clients' commands may run between its
 // runs, and one request's failure does not fail the others on other
 // limiters. When the server has lost its scripts (a restart, a failover,
@@ -105,6 +106,11 @@ func (s *Store) acquireBatch(ctx context.Context, reqs []limiter.Request, out []
 			out[i] = limiter.Result{Err: err}
 			continue
 		}
+		if r.Key != "" {
+			// A key's script decides one acquisition: its runs hold one.
+			runs = append(runs, run{name: r.Name, key: r.Key, reqs: []int{i}, permits: []int64{r.Permits}})
+			continue
+		}
 		j, ok := open[r.Name]
 		if !ok || len(runs[j].permits) == maxGroup {
 			j = len(runs)
@@ -133,6 +139,14 @@ func (s *Store) acquireBatch(ctx context.Context, reqs []limiter.Request, out []
 	}
 	results := make([]limiter.Result, maxGroup)
 	for j, r := range runs {
+		if r.key != "" {
+			d, full, err := keyDecision(replies[j], r.permits[0])
+			if err != nil {
+				err = keyErr("acquire", r.name, err)
+			}
+			out[r.reqs[0]] = limiter.Result{Decision: d, KeysFull: full, Err: err}
+			continue
+		}
 		res := results[:len(r.permits)]
 		decisions(r.name, r.permits, replies[j], res)
 		for k, i := range r.reqs {
@@ -141,16 +155,27 @@ func (s *Store) acquireBatch(ctx context.Context, reqs []limiter.Request, out []
 	}
 }
 
-// run is a batch's requests on one limiter that one script call decides.
+// run is a batch's requests on one limiter (or one key of a keyed
+// limiter: then one request) that one script call decides.
 type run struct {
 	name    string
+	key     string
 	reqs    []int // indexes in the batch
 	permits []int64
 }
 
-// evalsha is Acquire's script run by its digest, taking r's permits from
-// its limiter at the server's time.
+// bucket names what r decides on: its limiter, or its limiter's key.
+func (r run) bucket() string { return r.name + "\x00" + r.key }
+
+// evalsha is Acquire's script (AcquireKey's for a key) run by its digest,
+// taking r's permits at the server's time.
 func (s *Store) evalsha(r run) rueidis.Completed {
+	if r.key != "" {
+		t := s.keyTable(r.name)
+		keys := t.keys(0)
+		return s.client.B().Evalsha().Sha1(acquireKeySHA1).Numkeys(int64(len(keys))).
+			Key(keys...).Arg(t.acquireArgs(0, r.key, r.permits[0], "")...).Build()
+	}
 	keys := s.keys(r.name)
 	return s.client.B().Evalsha().Sha1(acquireSHA1).Numkeys(int64(len(keys))).
 		Key(keys...).Arg(acquireArgs(r.permits, "")...).Build()
@@ -159,6 +184,12 @@ func (s *Store) evalsha(r run) rueidis.Completed {
 // eval is evalsha with the script's source, which the server runs and
 // caches when it does not know the digest.
 func (s *Store) eval(r run) rueidis.Completed {
+	if r.key != "" {
+		t := s.keyTable(r.name)
+		keys := t.keys(0)
+		return s.client.B().Eval().Script(acquireKeySource).Numkeys(int64(len(keys))).
+			Key(keys...).Arg(t.acquireArgs(0, r.key, r.permits[0], "")...).Build()
+	}
 	keys := s.keys(r.name)
 	return s.client.B().Eval().Script(acquireSource).Numkeys(int64(len(keys))).
 		Key(keys...).Arg(acquireArgs(r.permits, "")...).Build()
@@ -178,13 +209,13 @@ func rerunnable(runs []run, replies []rueidis.RedisResult) []int {
 		return nil
 	}
 	var again []int
-	ran := make(map[string]bool) // limiters with a later run that may have run
+	ran := make(map[string]bool) // buckets with a later run that may have run
 	for j := len(replies) - 1; j >= 0; j-- {
-		name := runs[j].name
+		b := runs[j].bucket()
 		switch {
 		case !isNoScript(replies[j]):
-			ran[name] = true
-		case !ran[name]:
+			ran[b] = true
+		case !ran[b]:
 			again = append(again, j)
 		}
 	}

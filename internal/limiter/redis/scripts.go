@@ -64,7 +64,11 @@ var (
 
 	// The scripts of tables of keys: the library, then table.lua, then
 	// their own code.
-	acquireKeyScript = rueidis.NewLuaScript(tableScript(keyAcquireLua))
+	acquireKeySource = tableScript(keyAcquireLua)
+	acquireKeyScript = rueidis.NewLuaScript(acquireKeySource)
+	// acquireKeySHA1 names acquireKeySource in the EVALSHA commands
+	// AcquireBatch pipelines.
+	acquireKeySHA1 = digest(acquireKeySource)
 	// availableKeyScript writes nothing, so it runs as EVALSHA_RO / EVAL_RO.
 	availableKeyScript = rueidis.NewLuaScriptReadOnly(tableScript(keyAvailableLua))
 	// lowestKeysScript trims expired index members, so it is not read-only.

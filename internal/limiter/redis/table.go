@@ -130,7 +130,16 @@ func refused(v []int64) error {
 // keys and the one it would evict is limited. When the error wraps
 // limiter.ErrUnavailable the permits may or may not have been taken.
 func (t *Table) Acquire(ctx context.Context, i int, key string, permits int64, nowMicros string) (d limiter.Decision, full bool, err error) {
-	v, err := acquireKeyScript.Exec(ctx, t.client, t.keys(i), t.args(i, key, nowMicros, strconv.FormatInt(permits, 10), "")).AsIntSlice()
+	return keyDecision(acquireKeyScript.Exec(ctx, t.client, t.keys(i), t.acquireArgs(i, key, permits, nowMicros)), permits)
+}
+
+func (t *Table) acquireArgs(i int, key string, permits int64, nowMicros string) []string {
+	return t.args(i, key, nowMicros, strconv.FormatInt(permits, 10), "")
+}
+
+// keyDecision reads key_acquire.lua's reply to taking permits.
+func keyDecision(reply rueidis.RedisResult, permits int64) (d limiter.Decision, full bool, err error) {
+	v, err := reply.AsIntSlice()
 	if err != nil {
 		return limiter.Decision{}, false, fmt.Errorf("%w: %w", limiter.ErrUnavailable, err)
 	}

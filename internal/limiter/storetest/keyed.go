@@ -116,7 +116,49 @@ func testKeyed(t *testing.T, s limiter.Store) {
 		}
 	}
 
+	testKeyedBatch(t, s)
 	testKeyedReservations(t, s)
+}
+
+// testKeyedBatch: a batch names keys, each decided as AcquireKey would
+// decide it; a key of a plain limiter, or none of a keyed one, fails on
+// its own and the others are decided.
+func testKeyedBatch(t *testing.T, s limiter.Store) {
+	reqs := []limiter.Request{
+		{Name: "per-user", Key: "batch-1", Permits: 5},
+		{Name: "per-user", Key: "batch-1", Permits: 5},
+		{Name: "per-user", Key: "batch-2", Permits: 1},
+		{Name: "per-user", Permits: 1},
+		{Name: "plain", Key: "batch-1", Permits: 1},
+		{Name: "plain", Permits: 1},
+	}
+	out := make([]limiter.Result, len(reqs))
+	if err := limiter.NewService(s).AcquireBatch(ctx(t), reqs, out); err != nil {
+		t.Fatalf("AcquireBatch: %v", err)
+	}
+	for i, want := range []struct {
+		allowed   bool
+		remaining int64
+		mismatch  bool
+	}{{true, 4, false}, {false, 4, false}, {true, 8, false}, {false, 0, true}, {false, 0, true}, {true, 8, false}} {
+		got := out[i]
+		if want.mismatch {
+			if !errors.Is(got.Err, limiter.ErrKeyMismatch) {
+				t.Errorf("batch %d (%+v): got %+v, want ErrKeyMismatch", i, reqs[i], got)
+			}
+			continue
+		}
+		if got.Err != nil || got.Decision.Allowed != want.allowed || got.Decision.Remaining != want.remaining || got.KeysFull {
+			t.Errorf("batch %d (%+v): got %+v, want allowed %v with %d left", i, reqs[i], got, want.allowed, want.remaining)
+		}
+	}
+	if a, err := s.AvailableKey(ctx(t), "per-user", "batch-1"); err != nil || a.Remaining != 4 {
+		t.Errorf("batch-1 after the batch: %+v, %v, want 4 left", a, err)
+	}
+	// What the batch took from plain is given back for the checks after.
+	if _, err := s.Decide(ctx(t), []limiter.Item{{Name: "plain", Permits: 1}}, limiter.Refund, ""); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // testKeyedReservations: reservations of keys, of a keyed limiter in no
