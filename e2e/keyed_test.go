@@ -194,4 +194,36 @@ func TestKeyedAcrossReplicas(t *testing.T) {
 	if err != nil || res.JSON200 == nil || !res.JSON200.Allowed || res.JSON200.Remaining != 60 {
 		t.Errorf("user-0 under the new definition: %v %s, want allowed with 60 left", err, res.Body)
 	}
+
+	// A reservation of a key made through one replica is settled through
+	// another, once.
+	put(t, replicas[0].api, "rk-tokens", client.LimiterSpec{Limit: 10000, Period: "8784h", Keyed: ptr(true)})
+	user, n := "user-9", int64(4000)
+	rres, err := replicas[0].api.ReserveWithResponse(t.Context(), nil, client.ReserveRequest{Items: []client.DecideItem{{Limiter: "rk-tokens", Key: &user, Permits: &n}}})
+	if err != nil || rres.JSON200 == nil || rres.JSON200.Reservation == nil || !strings.HasPrefix(*rres.JSON200.Reservation, "k.rk-tokens.") {
+		t.Fatalf("reserve 4000 of user-9's tokens: %v %s", err, rres.Body)
+	}
+	id := *rres.JSON200.Reservation
+	settle := client.SettleRequest{Items: []client.SettleItem{{Limiter: "rk-tokens", Key: &user, Permits: 6500}}}
+	sres, err := replicas[1].api.SettleReservationWithResponse(t.Context(), id, nil, settle)
+	if err != nil || sres.JSON200 == nil || sres.JSON200.Items[0].Remaining != 3500 {
+		t.Fatalf("settle at 6500 through another replica: %v %s, want 3500 left", err, sres.Body)
+	}
+	again, err := replicas[2].api.SettleReservationWithResponse(t.Context(), id, nil, settle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProblem(t, again, http.StatusNotFound, "/v1/reservations/"+id+"/settle", "")
+
+	// A batch names keys, each decided on its own.
+	b, err := replicas[2].api.AcquireBatchWithResponse(t.Context(), client.BatchAcquireRequest{Acquisitions: []client.BatchAcquisition{
+		{Limiter: "rk-tokens", Key: &user, Permits: ptr(int64(3500))}, {Limiter: "rk-tokens", Key: &user}, {Limiter: "rk-tokens"},
+	}})
+	if err != nil || b.JSON200 == nil || len(b.JSON200.Results) != 3 {
+		t.Fatalf("batch: %v %s", err, b.Body)
+	}
+	rs := b.JSON200.Results
+	if rs[0].Decision == nil || !rs[0].Decision.Allowed || rs[1].Decision == nil || rs[1].Decision.Allowed || rs[2].Status != http.StatusBadRequest {
+		t.Errorf("batch of user-9's last 3500, one more, and one without a key: %s", b.Body)
+	}
 }

@@ -247,3 +247,35 @@ func TestKeyedLimiterCost(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyedSettlementWithoutRoom: a settlement that must charge a key its
+// limiter has since forgotten, while the limiter holds max_keys limited
+// keys, settles nothing and keeps the reservation; once room can be made
+// it settles.
+func TestKeyedSettlementWithoutRoom(t *testing.T) {
+	ctx := context.Background()
+	s, c := newStore(t)
+	putDef(t, s, limiter.Definition{Name: "tokens", Policy: limiter.Policy{Limit: 2, Period: time.Second}, Keyed: true, MaxKeys: 1})
+	v, err := s.Reserve(ctx, []limiter.Item{{Name: "tokens", Key: "a", Permits: 1}}, time.Minute, "")
+	if err != nil || !v.Allowed {
+		t.Fatalf("reserve: %+v, %v", v, err)
+	}
+	id := v.Reservation
+	c.Advance(time.Second) // a's bucket is full again: forgotten
+	if d, err := s.AcquireKey(ctx, "tokens", "b", 2); err != nil || !d.Allowed {
+		t.Fatalf("b takes the one room: %+v, %v", d, err)
+	}
+	settle := []limiter.Item{{Name: "tokens", Key: "a", Permits: 2}}
+	v, err = s.Settle(ctx, id, settle, "")
+	if err != nil || v.Allowed || !v.Checks[0].KeysFull || v.Checks[0].RetryAfter <= 0 {
+		t.Fatalf("settle charging a forgotten key with no room: %+v, %v, want keys full", v, err)
+	}
+	c.Advance(time.Second / 2) // b regains a permit: it can be evicted
+	v2, err := s.Settle(ctx, id, settle, "")
+	if err != nil || !v2.Allowed || v2.Checks[0].Remaining != 1 {
+		t.Fatalf("settle once b has a permit: %+v, %v, want the charge of 1 made, 1 left", v2, err)
+	}
+	if _, err := s.Settle(ctx, id, settle, ""); !errors.Is(err, limiter.ErrReservationNotFound) {
+		t.Errorf("settle again: %v, want ErrReservationNotFound", err)
+	}
+}
