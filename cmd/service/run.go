@@ -104,7 +104,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer b.close()
 	for _, def := range cfg.Limiters {
 		logger.Debug("limiter declared", "name", def.Name, "limit", def.Policy.Limit,
-			"period", limiter.FormatPeriod(def.Policy.Period), "algorithm", def.Policy.Algorithm)
+			"period", limiter.FormatPeriod(def.Policy.Period), "algorithm", def.Policy.Algorithm,
+			"group", def.Group, "keyed", def.Keyed, "max_keys", def.MaxKeys)
 	}
 	if err := tel.ObserveBackend(cfg.Backend, b.up); err != nil {
 		return err

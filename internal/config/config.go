@@ -9,7 +9,14 @@
 //
 // The config file, named by --config or RATELIMITER_CONFIG, declares named
 // limiters, created at start-up, and the per-IP policy. Unknown keys are
-// errors. Every key is optional:
+// errors. A limiter's keys mean what they mean to PUT /v1/limiters/{name}
+// and are checked by the same rules: group by the rule of limiter names,
+// max_keys only with keyed. On the memory backend the max_keys of the
+// keyed limiters add up to at most limiter.KeyBudget. A limiter's group is
+// fixed when it is created: one that already exists in another group (on
+// Redis, created through the API or by another configuration) is not
+// moved, and the service logs that it was not created. Every key but a
+// limiter's name, limit and period is optional:
 //
 //	limiters:                  # created, or replaced, at start-up
 //	  - name: google-read      # letters, digits, '.', '_', '-'
@@ -20,6 +27,13 @@
 //	    period: 1m
 //	    algorithm: sliding_log # gcra (default) or sliding_log
 //	    burst: 0               # gcra only: permits at once, 0 means limit
+//	  - name: search-per-user
+//	    limit: 100
+//	    period: 1m
+//	    group: search          # decided together with the group's others
+//	    keyed: true            # one bucket per key (user, API key, route)
+//	    max_keys: 50000        # keyed only: keys remembered at once, 1 to
+//	                           # 10000000; 10000 when left out
 //	tenants:                   # the per-IP policy (--tenant-* flags)
 //	  limit: 100
 //	  period: 1m
@@ -141,7 +155,9 @@ type Config struct {
 	// is valid and normalized.
 	Tenants tenant.Config
 	// Limiters are the named limiters to create at start-up, in file order,
-	// with valid names and valid, normalized policies; no two share a name.
+	// valid (names, policies, groups and keyed settings) and normalized; no
+	// two share a name. On the memory backend their MaxKeys add up to at
+	// most limiter.KeyBudget.
 	Limiters []limiter.Definition
 	// ShowVersion reports that --version was given: the caller prints its
 	// version and exits. No other field is set then.
@@ -281,6 +297,13 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("config: %s declares %d limiters, more than the %d of --max-limiters (%s)",
 			c.ConfigFile, len(c.Limiters), c.MaxLimiters, origins(origin, "max-limiters"))
 	}
+	// The memory backend refuses keyed limiters past its budget of keys
+	// (see limiter.KeyBudget): refuse a file that declares more now rather
+	// than when its limiters are created.
+	if keys := declaredKeys(c.Limiters); c.Backend == BackendMemory && keys > limiter.KeyBudget {
+		return Config{}, fmt.Errorf("config: %s declares keyed limiters whose max_keys add up to %d (%d for each that leaves it out), more than the %d keys the keyed limiters of the memory backend (%s) may hold together; lower max_keys",
+			c.ConfigFile, keys, limiter.DefaultMaxKeys, limiter.KeyBudget, origins(origin, "backend"))
+	}
 	// Each backend has its own worst case per requester (see the
 	// tenant-max-bytes setting); refuse a bound that holds none now rather
 	// than when the backend is built.
@@ -360,6 +383,16 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("admin token file %s: %w", path, err)
 	}
 	return token, nil
+}
+
+// declaredKeys is the sum of MaxKeys over the keyed limiters of defs, which
+// are normalized.
+func declaredKeys(defs []limiter.Definition) int {
+	n := 0
+	for _, def := range defs {
+		n += def.MaxKeys
+	}
+	return n
 }
 
 // itoa writes an integer the way the integer settings read it.

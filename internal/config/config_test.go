@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -220,6 +221,22 @@ limiters:
     limit: 10
     period: 1s
     burst: 3
+  - name: per-user
+    limit: 100
+    period: 1m
+    group: search
+    keyed: true
+    max_keys: 50000
+  - name: per-route
+    limit: 20
+    period: 1s
+    algorithm: sliding_log
+    keyed: true
+  - name: search-total
+    limit: 1000
+    period: 1m
+    group: search
+    keyed: false
 tenants:
   limit: 50
   period: 30s
@@ -237,6 +254,11 @@ tenants:
 		{Name: "google-read", Policy: limiter.Policy{Limit: 2000, Period: 100 * time.Second, Algorithm: limiter.GCRA, Burst: 2000}},
 		{Name: "payments-api", Policy: limiter.Policy{Limit: 5, Period: time.Minute, Algorithm: limiter.SlidingLog}},
 		{Name: "bursty", Policy: limiter.Policy{Limit: 10, Period: time.Second, Algorithm: limiter.GCRA, Burst: 3}},
+		{Name: "per-user", Policy: limiter.Policy{Limit: 100, Period: time.Minute, Algorithm: limiter.GCRA, Burst: 100},
+			Group: "search", Keyed: true, MaxKeys: 50000},
+		{Name: "per-route", Policy: limiter.Policy{Limit: 20, Period: time.Second, Algorithm: limiter.SlidingLog},
+			Keyed: true, MaxKeys: limiter.DefaultMaxKeys},
+		{Name: "search-total", Policy: limiter.Policy{Limit: 1000, Period: time.Minute, Algorithm: limiter.GCRA, Burst: 1000}, Group: "search"},
 	}
 	if !reflect.DeepEqual(c.Limiters, wantLimiters) {
 		t.Errorf("limiters: got %+v, want %+v", c.Limiters, wantLimiters)
@@ -250,6 +272,43 @@ tenants:
 	}
 	if c.ConfigFile != path {
 		t.Errorf("ConfigFile: got %q, want %q", c.ConfigFile, path)
+	}
+}
+
+// The memory backend's keyed limiters share a budget of keys; a file that
+// declares more is refused there, and only there.
+func TestDeclaredKeysBudget(t *testing.T) {
+	const file = "limiters:\n" +
+		"  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: %d}\n" +
+		"  - {name: b, limit: 1, period: 1s, keyed: true}\n" + // the default, 10000
+		"  - {name: c, limit: 1, period: 1s}\n"
+	tests := []struct {
+		name    string
+		maxKeys int
+		backend string
+		wantErr bool
+	}{
+		{name: "at the budget", maxKeys: limiter.KeyBudget - limiter.DefaultMaxKeys, backend: BackendMemory},
+		{name: "one past the budget", maxKeys: limiter.KeyBudget - limiter.DefaultMaxKeys + 1, backend: BackendMemory, wantErr: true},
+		{name: "past the budget on redis", maxKeys: limiter.MaxMaxKeys, backend: BackendRedis},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, "config.yaml", fmt.Sprintf(file, tt.maxKeys))
+			c, err := Load([]string{"--config", path, "--backend", tt.backend}, env(nil))
+			if tt.wantErr {
+				if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("add up to %d", tt.maxKeys+limiter.DefaultMaxKeys)) {
+					t.Errorf("got %v, want an error naming the sum of max_keys", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got := c.Limiters[0].MaxKeys + c.Limiters[1].MaxKeys + c.Limiters[2].MaxKeys; got != tt.maxKeys+limiter.DefaultMaxKeys {
+				t.Errorf("got %d keys in all, want %d", got, tt.maxKeys+limiter.DefaultMaxKeys)
+			}
+		})
 	}
 }
 
@@ -371,6 +430,35 @@ func TestInvalid(t *testing.T) {
 		{name: "limiter bad algorithm", args: file("limiters:\n  - name: a\n    limit: 1\n    period: 1s\n    algorithm: fixed\n"), want: []string{"limiters[0] (a)", `"fixed"`}},
 		{name: "limiter burst above limit", args: file("limiters:\n  - name: a\n    limit: 1\n    period: 1s\n    burst: 2\n"), want: []string{"limiters[0] (a)", "burst"}},
 		{name: "limiter burst with sliding log", args: file("limiters:\n  - name: a\n    limit: 2\n    period: 1s\n    algorithm: sliding_log\n    burst: 1\n"), want: []string{"limiters[0] (a)", "burst"}},
+		{name: "limiter empty group", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, group: ''}\n"),
+			want: []string{"limiters[0] (a)", "invalid group name", "leave it out"}},
+		{name: "limiter bad group", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, group: 'team a'}\n"),
+			want: []string{"limiters[0] (a)", "invalid group name", `"team a"`, "letters, digits"}},
+		{name: "limiter group too long", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, group: " + strings.Repeat("g", 129) + "}\n"),
+			want: []string{"limiters[0] (a)", "invalid group name", "1 to 128"}},
+		{name: "limiter group not a string", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, group: [a]}\n"),
+			want: []string{"config file", "group"}},
+		{name: "limiter keyed not a boolean", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, keyed: 1}\n"),
+			want: []string{"config file", "keyed"}},
+		{name: "limiter max keys without keyed", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, max_keys: 10}\n"),
+			want: []string{"limiters[0] (a)", "max_keys applies to keyed limiters only"}},
+		{name: "limiter max keys with keyed false", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, keyed: false, max_keys: 10}\n"),
+			want: []string{"limiters[0] (a)", "max_keys applies to keyed limiters only"}},
+		{name: "limiter max keys zero", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 0}\n"),
+			want: []string{"limiters[0] (a)", "max_keys must be between 1 and 10000000, got 0"}},
+		{name: "limiter max keys negative", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: -5}\n"),
+			want: []string{"limiters[0] (a)", "max_keys must be between 1 and 10000000, got -5"}},
+		{name: "limiter max keys too many", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 10000001}\n"),
+			want: []string{"limiters[0] (a)", "max_keys must be between 1 and 10000000, got 10000001"}},
+		{name: "limiter max keys not an integer", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 1.5}\n"),
+			want: []string{"limiters[0] (a)", "max_keys must be an integer, got 1.5"}},
+		{name: "limiter max keys as a string", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: '50'}\n"),
+			want: []string{"limiters[0] (a)", `max_keys must be an integer, got "50"`}},
+		{name: "keys beyond the memory backend's budget", args: file("limiters:\n" +
+			"  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 600000}\n" +
+			"  - {name: b, limit: 1, period: 1s, keyed: true, max_keys: 395000}\n" +
+			"  - {name: c, limit: 1, period: 1s, keyed: true}\n"),
+			want: []string{"declares keyed limiters whose max_keys add up to 1005000", "more than the 1000000 keys", "memory backend", "lower max_keys"}},
 		{name: "duplicate limiter", args: file("limiters:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, limit: 1, period: 1s}\n  - {name: a, limit: 2, period: 1s}\n"),
 			want: []string{"limiters[2] (a)", "duplicate", "limiters[0]"}},
 	}

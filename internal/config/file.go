@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
@@ -19,12 +20,20 @@ type file struct {
 	Tenants  fileTenants   `yaml:"tenants"`
 }
 
+// fileLimiter is one entry of the limiters section. Group is a pointer so
+// that a group written empty is refused, as the API refuses it, rather than
+// read as left out. MaxKeys is decoded as it is written, nil when left out,
+// and checked by definitions: the decoder would read 1.5 as 1 and '3' as 3
+// into an integer.
 type fileLimiter struct {
-	Name      string `yaml:"name"`
-	Limit     int64  `yaml:"limit"`
-	Period    string `yaml:"period"`
-	Algorithm string `yaml:"algorithm"`
-	Burst     int64  `yaml:"burst"`
+	Name      string  `yaml:"name"`
+	Limit     int64   `yaml:"limit"`
+	Period    string  `yaml:"period"`
+	Algorithm string  `yaml:"algorithm"`
+	Burst     int64   `yaml:"burst"`
+	Group     *string `yaml:"group"`
+	Keyed     bool    `yaml:"keyed"`
+	MaxKeys   any     `yaml:"max_keys"`
 }
 
 // fileTenants holds pointers so that a key left out keeps the lower
@@ -90,7 +99,8 @@ func (t fileTenants) values() map[string]string {
 }
 
 // definitions checks the limiters section of the file at path and returns its
-// definitions, with normalized policies.
+// definitions, normalized (see limiter.Definition.Normalize), by the rules
+// of PUT /v1/limiters/{name}.
 func (f file) definitions(path string) ([]limiter.Definition, error) {
 	defs := make([]limiter.Definition, 0, len(f.Limiters))
 	first := make(map[string]int, len(f.Limiters))
@@ -130,7 +140,56 @@ func (f file) definitions(path string) ([]limiter.Definition, error) {
 		if err := p.Validate(); err != nil {
 			return nil, invalid(err)
 		}
-		defs = append(defs, limiter.Definition{Name: l.Name, Policy: p.Normalize()})
+		def := limiter.Definition{Name: l.Name, Policy: p, Keyed: l.Keyed}
+		if l.Group != nil {
+			if *l.Group == "" {
+				return nil, invalid(fmt.Errorf("%w: group is empty; leave it out for a limiter in no group", limiter.ErrInvalidGroup))
+			}
+			if err := limiter.CheckGroup(*l.Group); err != nil {
+				return nil, invalid(err)
+			}
+			def.Group = *l.Group
+		}
+		if l.MaxKeys != nil {
+			n, err := checkMaxKeys(l.Keyed, l.MaxKeys)
+			if err != nil {
+				return nil, invalid(err)
+			}
+			def.MaxKeys = n
+		}
+		defs = append(defs, def.Normalize())
 	}
 	return defs, nil
+}
+
+// checkMaxKeys checks a max_keys written in the file, v as decoded, by the
+// rules of limiter.CheckKeyed and in its words, except that 0 is refused
+// too: in the file, as in the API, the default is had by leaving the key
+// out.
+func checkMaxKeys(keyed bool, v any) (int, error) {
+	if !keyed {
+		return 0, fmt.Errorf("%w: max_keys applies to keyed limiters only", limiter.ErrInvalidPolicy)
+	}
+	var n int64
+	switch v := v.(type) {
+	case int64:
+		n = v
+	case uint64:
+		n = int64(min(v, math.MaxInt64))
+	default:
+		return 0, fmt.Errorf("%w: max_keys must be an integer, got %v", limiter.ErrInvalidPolicy, yamlText(v))
+	}
+	if n < 1 || n > limiter.MaxMaxKeys {
+		return 0, fmt.Errorf("%w: max_keys must be between 1 and %d, got %s", limiter.ErrInvalidPolicy, limiter.MaxMaxKeys, yamlText(v))
+	}
+	return int(n), nil
+}
+
+// yamlText writes a decoded YAML value back as YAML, on one line.
+func yamlText(v any) string {
+	b, err := yaml.MarshalWithOptions(v, yaml.Flow(true))
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return strings.TrimSpace(string(b))
 }

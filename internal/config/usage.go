@@ -58,6 +58,12 @@ Config file (YAML; unknown keys are errors):
       period: 1m
       algorithm: sliding_log   # gcra (default) or sliding_log
       burst: 0                 # gcra only; 0 means limit
+    - name: search-per-user
+      limit: 100
+      period: 1m
+      group: search            # decided together with its group's others
+      keyed: true              # one bucket per key
+      max_keys: 50000          # keyed only, 1 to 10000000; default 10000
   tenants:                     # the per-IP policy; see the tenant settings
     limit: 100
     period: 1m

@@ -155,6 +155,23 @@ func wantPolicy(t *testing.T, v map[string]any) limiter.Policy {
 	return p.Normalize()
 }
 
+// wantDefinition is the normalized definition that a limiter of the values
+// describes.
+func wantDefinition(t *testing.T, l map[string]any) limiter.Definition {
+	t.Helper()
+	def := limiter.Definition{Name: lookupString(t, l, "name"), Policy: wantPolicy(t, l)}
+	if g, ok := l["group"].(string); ok {
+		def.Group = g
+	}
+	if k, ok := l["keyed"].(bool); ok {
+		def.Keyed = k
+	}
+	if n, ok := l["max_keys"].(float64); ok {
+		def.MaxKeys = int(n)
+	}
+	return def.Normalize()
+}
+
 // TestConfigWiring checks, for each values set, that the service loads the
 // configuration the chart gives it (ConfigMap file, Secret file and
 // environment) with its own config.Load, and that the result is what the
@@ -171,6 +188,16 @@ func TestConfigWiring(t *testing.T) {
     - {name: "1e3", limit: 4, period: 4s}
     - {name: "on", limit: 5, period: 5s}
     - {name: "0x1F", limit: 6, period: 1.5h}
+`,
+	}, valueSet{
+		name: "limiters in groups, keyed ones included, with names YAML would read as other types",
+		extra: `config:
+  limiters:
+    - {name: a, limit: 1, period: 1s, group: "true", keyed: true, max_keys: 10000000}
+    - {name: b, limit: 2, period: 2s, group: "true"}
+    - {name: c, limit: 3, period: 3s, group: "123", keyed: true}
+    - {name: d, limit: 4, period: 4s, group: "1e3", keyed: false}
+backend: {type: redis, redis: {addrs: ['redis:6379']}}
 `,
 	}, valueSet{
 		name:  "every bound at its largest",
@@ -203,8 +230,7 @@ func TestConfigWiring(t *testing.T) {
 
 			var wantLimiters []limiter.Definition
 			for _, l := range lookup(t, values, "config", "limiters").([]any) {
-				l := l.(map[string]any)
-				wantLimiters = append(wantLimiters, limiter.Definition{Name: lookupString(t, l, "name"), Policy: wantPolicy(t, l)})
+				wantLimiters = append(wantLimiters, wantDefinition(t, l.(map[string]any)))
 			}
 			if !slices.Equal(cfg.Limiters, wantLimiters) {
 				t.Errorf("limiters: got %+v, want %+v", cfg.Limiters, wantLimiters)
@@ -260,6 +286,44 @@ func TestConfigWiring(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLimiterGroupsAndKeys checks that the limiters of the values carry
+// their group, keyed and max_keys into the service's configuration file,
+// as the service reads it, and that a key left out stays out.
+func TestLimiterGroupsAndKeys(t *testing.T) {
+	t.Parallel()
+	m := render(t, valueSet{name: "grouped keyed limiters", extra: `config:
+  limiters:
+    - {name: per-user, limit: 100, period: 1m, group: search, keyed: true, max_keys: 50000}
+    - {name: per-route, limit: 30, period: 1m, algorithm: sliding_log, keyed: true}
+    - {name: total, limit: 20, period: 1s, group: search, keyed: false}
+    - {name: plain, limit: 5, period: 1h}
+`})
+	file := m.ConfigMap.Data["config.yaml"]
+	for _, want := range []string{
+		"  - name: per-user\n    limit: 100\n    period: 1m\n    group: search\n    keyed: true\n    max_keys: 50000\n",
+		"  - name: per-route\n    limit: 30\n    period: 1m\n    algorithm: sliding_log\n    keyed: true\n",
+		"  - name: total\n    limit: 20\n    period: 1s\n    group: search\n",
+		"  - name: plain\n    limit: 5\n    period: 1h\n",
+	} {
+		if !strings.Contains(file, want) {
+			t.Errorf("config file lacks\n%s\ngot:\n%s", want, file)
+		}
+	}
+	if n := strings.Count(file, "keyed:"); n != 2 {
+		t.Errorf("config file: got %d keyed keys, want 2 (none for a limiter not keyed):\n%s", n, file)
+	}
+	cfg, _ := serviceConfig(t, m)
+	want := []limiter.Definition{
+		{Name: "per-user", Policy: limiter.Policy{Limit: 100, Period: time.Minute, Algorithm: limiter.GCRA, Burst: 100}, Group: "search", Keyed: true, MaxKeys: 50000},
+		{Name: "per-route", Policy: limiter.Policy{Limit: 30, Period: time.Minute, Algorithm: limiter.SlidingLog}, Keyed: true, MaxKeys: limiter.DefaultMaxKeys},
+		{Name: "total", Policy: limiter.Policy{Limit: 20, Period: time.Second, Algorithm: limiter.GCRA, Burst: 20}, Group: "search"},
+		{Name: "plain", Policy: limiter.Policy{Limit: 5, Period: time.Hour, Algorithm: limiter.GCRA, Burst: 5}},
+	}
+	if !slices.Equal(cfg.Limiters, want) {
+		t.Errorf("limiters the service reads:\ngot  %+v\nwant %+v", cfg.Limiters, want)
 	}
 }
 

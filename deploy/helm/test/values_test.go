@@ -60,6 +60,17 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"limiter without a period", "config:\n  limiters:\n    - {name: a, limit: 1}\n", []string{"at '/config/limiters/0'", "missing property 'period'"}},
 		{"bad limiter name", "config:\n  limiters:\n    - {name: -a, limit: 1, period: 1s}\n", []string{"at '/config/limiters/0/name'", "does not match pattern"}},
 		{"limit above the maximum", "config:\n  limiters:\n    - {name: a, limit: 1000000001, period: 1s}\n", []string{"at '/config/limiters/0/limit'", "maximum"}},
+		{"bad limiter group", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, group: 'team a'}\n", []string{"at '/config/limiters/0/group'", "does not match pattern"}},
+		{"empty limiter group", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, group: ''}\n", []string{"at '/config/limiters/0/group'", "does not match pattern"}},
+		{"limiter group too long", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, group: " + strings.Repeat("g", 129) + "}\n", []string{"at '/config/limiters/0/group'", "does not match pattern"}},
+		{"limiter group as a number", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, group: 7}\n", []string{"at '/config/limiters/0/group'", "got number, want string"}},
+		{"keyed as a string", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, keyed: 'yes'}\n", []string{"at '/config/limiters/0/keyed'", "got string, want boolean"}},
+		{"max_keys without keyed", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, max_keys: 10}\n", []string{"at '/config/limiters/0'", "missing property 'keyed'"}},
+		{"max_keys of a limiter not keyed", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, keyed: false, max_keys: 10}\n", []string{"at '/config/limiters/0/keyed'", "value must be true"}},
+		{"max_keys of zero", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 0}\n", []string{"at '/config/limiters/0/max_keys'", "minimum: got 0, want 1"}},
+		{"max_keys above 10^7", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 10000001}\n", []string{"at '/config/limiters/0/max_keys'", "maximum"}},
+		{"fractional max_keys", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 1.5}\n", []string{"at '/config/limiters/0/max_keys'", "got number, want integer"}},
+		{"max_keys as a string", "config:\n  limiters:\n    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: '10'}\n", []string{"at '/config/limiters/0/max_keys'", "got string, want integer"}},
 		{"period not a duration", "config:\n  tenants:\n    period: 1 minute\n", []string{"at '/config/tenants/period'", "does not match pattern"}},
 		{"burst with sliding_log", "config:\n  tenants:\n    algorithm: sliding_log\n    burst: 5\n", []string{"at '/config/tenants/burst'", "value must be 0"}},
 		{"per-IP memory bound of zero", "config:\n  tenants:\n    max_bytes: 0\n", []string{"at '/config/tenants/max_bytes'", "minimum: got 0, want 1"}},
@@ -181,6 +192,18 @@ func TestRenderRejectsInconsistentValues(t *testing.T) {
 			"config.limiters declares 3 limiters, more than server.maxLimiters=2",
 		}},
 		{"as many limiters as the maximum", "server: {maxLimiters: 2}\nconfig:\n  limiters:\n    - {name: a, limit: 1, period: 1s}\n    - {name: b, limit: 1, period: 1s}\n", nil},
+		{"keyed limiters past the memory backend's keys", "config:\n  limiters:\n" +
+			"    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 995000}\n" +
+			"    - {name: b, limit: 1, period: 1s, keyed: true}\n", []string{
+			"config.limiters: the max_keys of the keyed limiters add up to 1005000 (10000 for each that leaves it out), more than the 1000000 keys",
+			"the service would refuse to start",
+		}},
+		{"keyed limiters at the memory backend's keys", "config:\n  limiters:\n" +
+			"    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 990000}\n" +
+			"    - {name: b, limit: 1, period: 1s, keyed: true}\n    - {name: c, limit: 1, period: 1s}\n", nil},
+		{"keyed limiters past the memory backend's keys on redis", redis + "config:\n  limiters:\n" +
+			"    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 10000000}\n" +
+			"    - {name: b, limit: 1, period: 1s, keyed: true}\n", nil},
 		{"per-IP burst above the limit", "config:\n  tenants: {limit: 5, burst: 6}\n", []string{"config.tenants: burst 6 is above the limit 5"}},
 		{"disruption budget both ways", "podDisruptionBudget: {minAvailable: 1, maxUnavailable: 1}\n", []string{"set one"}},
 		{"disruption budget neither way", "podDisruptionBudget: {minAvailable: \"\", maxUnavailable: \"\"}\n", []string{"neither minAvailable nor maxUnavailable"}},
