@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -72,14 +71,6 @@ func putKeyed(t testing.TB, s *Store, name, group string, p limiter.Policy, maxK
 	if _, err := s.Put(context.Background(), limiter.Definition{Name: name, Policy: p, Group: group, Keyed: true, MaxKeys: maxKeys}); err != nil {
 		t.Fatalf("Put(keyed %q in %q, %+v, max_keys %d): %v", name, group, p, maxKeys, err)
 	}
-}
-
-// capacityOf is the most permits one acquisition under p can ever take.
-func capacityOf(p limiter.Policy) int64 {
-	if p = p.Normalize(); p.Algorithm == limiter.GCRA {
-		return p.Burst
-	}
-	return p.Limit
 }
 
 // keyedStep moves time forward (never back) the way traffic does: often
@@ -183,7 +174,7 @@ func runKeyedModel(t *testing.T, c rueidis.Client, p limiter.Policy, maxKeys int
 	putKeyed(t, s, name, "", p, maxKeys)
 	m := keystest.NewModel(p, maxKeys)
 	p = p.Normalize()
-	capacity := capacityOf(p)
+	capacity := keystest.Capacity(p)
 	rng := rand.New(rand.NewPCG(seed, uint64(maxKeys)))
 	now := epochUS + rng.Int64N(1e12)
 	var n keyedTally
@@ -281,218 +272,40 @@ func runKeyedModel(t *testing.T, c rueidis.Client, p limiter.Policy, maxKeys int
 	return n
 }
 
-// jointPart is one limiter of TestKeyedDecideMatchesModel and its model:
-// a keyed limiter is a keystest.Model of its keys; a plain one is a model
-// of one key that is never evicted.
-type jointPart struct {
-	name    string
-	p       limiter.Policy
-	keyed   bool
-	maxKeys int
-	m       *keystest.Model
-}
-
-// modelKeyOf is the key of an item in its limiter's model.
-func modelKeyOf(it limiter.Item) string {
-	if it.Key == "" {
-		return "plain"
-	}
-	return it.Key
-}
-
-// TestKeyedDecideMatchesModel makes random joint decisions (Take and Peek)
-// at explicit instants over plain and keyed limiters of one group, both
-// algorithms, keys of a keyed limiter possibly repeated, and holds every
-// verdict to the models: allowed exactly when every (limiter, key) fits
-// the sum asked of it, then every one charged at that instant and
-// otherwise none; each check's Fits, ExceedsCapacity, Remaining, Limit,
-// ResetAfter and, when it does not fit, RetryAfter as the model has them;
-// a key with no room reported KeysFull (or ExceedsCapacity), with
-// RetryAfter and ResetAfter the wait for room. With a bound of keys small
-// enough to be reached, a decision names one key per keyed limiter, and
-// the models evict as the tables do. Every so often every key's
-// availability is read through availableKey and available.
+// TestKeyedDecideMatchesModel holds random joint decisions at explicit
+// instants to the models of keystest.RunJoint.
 func TestKeyedDecideMatchesModel(t *testing.T) {
 	c := newClient(t, redistest.Standalone(t))
 	for _, bounded := range []bool{false, true} {
 		for seed := range uint64(4) {
 			t.Run(fmt.Sprintf("bounded=%v/seed=%d", bounded, seed), func(t *testing.T) {
-				runKeyedDecide(t, c, bounded, seed, scaled(1500))
+				keystest.RunJoint(t, jointStore{newStore(t, c)}, bounded, seed, scaled(1500))
 			})
 		}
 	}
 }
 
-func runKeyedDecide(t *testing.T, c rueidis.Client, bounded bool, seed uint64, steps int) {
-	ctx := context.Background()
-	s := newStore(t, c)
-	maxKeys := 100_000
-	if bounded {
-		maxKeys = 3
-	}
-	ls := []*jointPart{
-		{name: "plain-gcra", p: limiter.Policy{Limit: 10, Period: 10 * time.Second}},
-		{name: "plain-log", p: limiter.Policy{Limit: 7, Period: 3 * time.Second, Algorithm: limiter.SlidingLog}},
-		{name: "per-user", p: limiter.Policy{Limit: 5, Period: 5 * time.Second, Burst: 4}, keyed: true, maxKeys: maxKeys},
-		{name: "per-ip", p: limiter.Policy{Limit: 4, Period: 2 * time.Second, Algorithm: limiter.SlidingLog}, keyed: true, maxKeys: maxKeys},
-	}
-	byName := map[string]*jointPart{}
-	for _, l := range ls {
-		if l.keyed {
-			putKeyed(t, s, l.name, "g", l.p, l.maxKeys)
-			l.m = keystest.NewModel(l.p, l.maxKeys)
-		} else {
-			putIn(t, s, l.name, "g", l.p)
-			l.m = keystest.NewModel(l.p, 1)
-		}
-		byName[l.name] = l
-	}
-	keys := []string{"a", "user:{b}", "ключ", "}{", strings.Repeat("k", limiter.MaxKeyLen), "鍵🙂"}
-	rng := rand.New(rand.NewPCG(seed, 0xbee))
-	now := epochUS + rng.Int64N(1e12)
-	var allowedTakes, denied, keysFull, evictions int
-	var history []string
-	defer func() {
-		if t.Failed() {
-			for _, h := range history {
-				t.Log(h)
-			}
-		}
-	}()
-	for step := range steps {
-		if rng.IntN(6) == 0 {
-			now += rng.Int64N(2_000_000)
-			continue
-		}
-		var items []limiter.Item
-		used := map[string]string{} // keyed limiter -> its one key, when bounded
-		for range 1 + rng.IntN(4) {
-			l := ls[rng.IntN(len(ls))]
-			it := limiter.Item{Name: l.name, Permits: 1 + rng.Int64N(capacityOf(l.p))}
-			if l.keyed {
-				it.Key = keys[rng.IntN(len(keys))]
-				if k, ok := used[l.name]; ok && bounded {
-					it.Key = k
-				}
-				used[l.name] = it.Key
-			}
-			items = append(items, it)
-		}
-		mode := limiter.Take
-		if rng.IntN(4) == 0 {
-			mode = limiter.Peek
-		}
-		v, err := s.decideAt(ctx, items, call{mode: mode.String()}, us(now))
-		if err != nil {
-			t.Fatalf("step %d: Decide(%+v): %v", step, items, err)
-		}
-		history = append(history, fmt.Sprintf("%d at %dµs: %s %+v -> %v %+v", step, now, mode, items, v.Allowed, v.Checks))
-		if len(history) > 40 {
-			history = history[1:]
-		}
-		parts, index := limiter.Parts(items)
-		allowed := true
-		fits := make([]bool, len(parts))
-		for j, p := range parts {
-			l := byName[p.Name]
-			av, full := l.m.Available(modelKeyOf(p), now*1000)
-			fits[j] = !full && p.Permits <= capacityOf(l.p) && av.Remaining >= p.Permits
-			allowed = allowed && fits[j]
-		}
-		if v.Allowed != allowed {
-			t.Fatalf("step %d at %dµs: %s %+v: allowed %v, model %v\n%+v", step, now, mode, items, v.Allowed, allowed, v.Checks)
-		}
-		if !allowed {
-			denied++
-		}
-		if allowed && mode == limiter.Take {
-			allowedTakes++
-			for _, p := range parts {
-				l := byName[p.Name]
-				if bounded && l.keyed {
-					// A key the model did not hold, granted while it held
-					// its bound, evicts one.
-					held := l.m.Lowest(now*1000, l.maxKeys)
-					if len(held) == l.maxKeys && !slices.ContainsFunc(held, func(e keystest.Entry) bool { return e.Key == p.Key }) {
-						evictions++
-					}
-				}
-				if d, _ := l.m.Acquire(modelKeyOf(p), now*1000, p.Permits); !d.Allowed {
-					t.Fatalf("step %d: the model denies %+v, which fit", step, p)
-				}
-			}
-		}
-		for i, ch := range v.Checks {
-			p := parts[index[i]]
-			l := byName[p.Name]
-			if ch.Name != items[i].Name || ch.Key != items[i].Key || ch.Permits != items[i].Permits {
-				t.Fatalf("step %d: check %d is %+v, want item %+v", step, i, ch, items[i])
-			}
-			av, full := l.m.Available(modelKeyOf(p), now*1000)
-			if ch.Limit != l.p.Limit {
-				t.Fatalf("step %d: %+v: limit %d, want %d", step, p, ch.Limit, l.p.Limit)
-			}
-			if full {
-				if ch.Fits || !ch.KeysFull && !ch.ExceedsCapacity {
-					t.Fatalf("step %d at %dµs: %s %+v of a key with no room: got %+v", step, now, mode, p, ch)
-				}
-				if ch.KeysFull && (ch.Remaining != 0 || ch.RetryAfter != av.ResetAfter || ch.ResetAfter != av.ResetAfter) {
-					t.Fatalf("step %d at %dµs: %s %+v of a key with no room: got %+v, want the wait for room %v", step, now, mode, p, ch, av.ResetAfter)
-				}
-				keysFull++
-				continue
-			}
-			if ch.KeysFull {
-				t.Fatalf("step %d at %dµs: %s %+v: keys full, but the model has room: %+v", step, now, mode, p, ch)
-			}
-			if ch.Fits != fits[index[i]] || ch.ExceedsCapacity != (p.Permits > capacityOf(l.p)) || ch.Remaining != av.Remaining || ch.ResetAfter != av.ResetAfter {
-				t.Fatalf("step %d at %dµs: %s %+v (allowed %v): check %+v, model fits %v, %+v", step, now, mode, p, allowed, ch, fits[index[i]], av)
-			}
-			var retry time.Duration
-			if !ch.Fits && !ch.ExceedsCapacity {
-				// The model's answer to the part alone, which does not fit:
-				// a denial changes nothing.
-				d, _ := l.m.Acquire(modelKeyOf(p), now*1000, p.Permits)
-				if d.Allowed {
-					t.Fatalf("step %d: the model grants %+v, which did not fit", step, p)
-				}
-				retry = d.RetryAfter
-			}
-			if ch.RetryAfter != retry {
-				t.Fatalf("step %d at %dµs: %s %+v: retry after %v, model %v", step, now, mode, p, ch.RetryAfter, retry)
-			}
-		}
-		// Now and then every key's availability, through the Store.
-		if step%50 == 0 {
-			for _, l := range ls {
-				for _, k := range keys {
-					if !l.keyed {
-						k = ""
-					}
-					want, full := l.m.Available(modelKeyOf(limiter.Item{Key: k}), now*1000)
-					if l.keyed {
-						got, err := s.availableKey(ctx, l.name, k, us(now))
-						if w := (limiter.KeyAvailability{Availability: want, KeysFull: full}); err != nil || got != w {
-							t.Fatalf("step %d at %dµs: %s/%q: got %+v, %v, model %+v", step, now, l.name, k, got, err, w)
-						}
-						continue
-					}
-					got, err := s.available(ctx, l.name, us(now))
-					if err != nil || got != want {
-						t.Fatalf("step %d at %dµs: %s: got %+v, %v, model %+v", step, now, l.name, got, err, want)
-					}
-					break
-				}
-			}
-		}
-	}
-	t.Logf("%d steps: %d takes allowed (%d evicting a key), %d decisions denied, %d checks of keys with no room", steps, allowedTakes, evictions, denied, keysFull)
-	if allowedTakes < steps/10 || denied < steps/10 {
-		t.Errorf("%d takes allowed and %d decisions denied in %d steps: the sequence does not exercise both", allowedTakes, denied, steps)
-	}
-	if bounded && (keysFull == 0 || evictions == 0) {
-		t.Errorf("%d checks of keys with no room, %d evictions: the bound was not exercised", keysFull, evictions)
-	}
+// jointStore is a Store as keystest.RunJoint drives it, at explicit
+// instants.
+type jointStore struct{ s *Store }
+
+func (j jointStore) Start() int64 { return epochUS }
+
+func (j jointStore) Put(def limiter.Definition) error {
+	_, err := j.s.Put(context.Background(), def)
+	return err
+}
+
+func (j jointStore) Decide(items []limiter.Item, mode limiter.Mode, nowUS int64) (limiter.Verdict, error) {
+	return j.s.decideAt(context.Background(), items, call{mode: mode.String()}, us(nowUS))
+}
+
+func (j jointStore) Available(name string, nowUS int64) (limiter.Availability, error) {
+	return j.s.available(context.Background(), name, us(nowUS))
+}
+
+func (j jointStore) AvailableKey(name, key string, nowUS int64) (limiter.KeyAvailability, error) {
+	return j.s.availableKey(context.Background(), name, key, us(nowUS))
 }
 
 // TestKeyedDecideConcurrent: three replicas (three Stores over one
