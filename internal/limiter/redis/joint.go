@@ -243,6 +243,11 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 // names their group, or their one limiter. A cancel reads the reservation
 // first, for its limiters, then settles each at 0.
 func (s *Store) Settle(ctx context.Context, id string, actual []limiter.Item, once string) (limiter.Verdict, error) {
+	return s.settleAt(ctx, id, actual, once, "")
+}
+
+// settleAt is Settle at nowMicros (see acquire); only tests pass one.
+func (s *Store) settleAt(ctx context.Context, id string, actual []limiter.Item, once, nowMicros string) (limiter.Verdict, error) {
 	scope, random, err := limiter.ParseReservationID(id)
 	if err != nil {
 		return limiter.Verdict{}, err
@@ -275,7 +280,7 @@ func (s *Store) Settle(ctx context.Context, id string, actual []limiter.Item, on
 	if once != "" {
 		fp = "settle " + id + " " + limiter.Fingerprint(actual, limiter.Take)
 	}
-	return s.run(ctx, actual, parts, index, group, scope, call{mode: "settle", once: once, fingerprint: fp, reservation: id}, "")
+	return s.run(ctx, actual, parts, index, group, scope, call{mode: "settle", once: once, fingerprint: fp, reservation: id}, nowMicros)
 }
 
 // missing returns the first of names in no group (groups[j] == "") whose

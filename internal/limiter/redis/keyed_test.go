@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
@@ -544,5 +545,38 @@ func testKeyedAcquireReplicas(t *testing.T, c rueidis.Client) {
 			}
 		}
 		checkLowestTaken(t, replicas[0], name, limit, granted)
+	}
+}
+
+// TestKeyedSettlementWithoutRoom: a settlement that must charge a key its
+// limiter has since forgotten, while the limiter holds max_keys limited
+// keys, settles nothing and keeps the reservation; once room can be made
+// it settles, as on the memory backend.
+func TestKeyedSettlementWithoutRoom(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, newClient(t, redistest.Standalone(t)))
+	putKeyed(t, s, "tokens", "", limiter.Policy{Limit: 2, Period: time.Second}, 1)
+	now := int64(epochUS)
+	v, err := s.decideAt(ctx, []limiter.Item{{Name: "tokens", Key: "a", Permits: 1}}, call{mode: "take", ttl: time.Minute, reservation: limiter.NewReservationID("k:tokens\x00a")}, us(now))
+	if err != nil || !v.Allowed || v.Reservation == "" {
+		t.Fatalf("reserve: %+v, %v", v, err)
+	}
+	id := v.Reservation
+	now += 1_000_000 // a's bucket is full again: forgotten
+	if d, err := s.acquireKey(ctx, "tokens", "b", 2, us(now)); err != nil || !d.Allowed {
+		t.Fatalf("b takes the one room: %+v, %v", d, err)
+	}
+	settle := []limiter.Item{{Name: "tokens", Key: "a", Permits: 2}}
+	v, err = s.settleAt(ctx, id, settle, "", us(now))
+	if err != nil || v.Allowed || !v.Checks[0].KeysFull || v.Checks[0].RetryAfter != 500*time.Millisecond {
+		t.Fatalf("settle charging a forgotten key with no room: %+v, %v, want keys full for 500ms", v, err)
+	}
+	now += 500_000 // b regains a permit: it can be evicted
+	v, err = s.settleAt(ctx, id, settle, "", us(now))
+	if err != nil || !v.Allowed || v.Checks[0].Remaining != 1 {
+		t.Fatalf("settle once b has a permit: %+v, %v, want the charge of 1 made, 1 left", v, err)
+	}
+	if _, err := s.settleAt(ctx, id, settle, "", us(now)); !errors.Is(err, limiter.ErrReservationNotFound) {
+		t.Errorf("settle again: %v, want ErrReservationNotFound", err)
 	}
 }
