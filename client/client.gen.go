@@ -1323,9 +1323,9 @@ type ClientInterface interface {
 	//
 	// `keyed` makes it hold one bucket per key under the policy, at most
 	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-	// of a server on the memory backend hold at most 1,000,000 keys
-	// together: the sum of their `max_keys`. Creating or growing one past
-	// that is refused with 409. On Redis a changed definition starts its
+	// of a server on the memory backend, or of all the replicas on one
+	// Redis, hold at most 1,000,000 keys together: the sum of their
+	// `max_keys`. Creating or growing one past that is refused with 409. On Redis a changed definition starts its
 	// keys afresh too: their old states expire on their own.
 	//
 	// `group` places the limiter with the others it is decided with
@@ -1353,9 +1353,9 @@ type ClientInterface interface {
 	//
 	// `keyed` makes it hold one bucket per key under the policy, at most
 	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-	// of a server on the memory backend hold at most 1,000,000 keys
-	// together: the sum of their `max_keys`. Creating or growing one past
-	// that is refused with 409. On Redis a changed definition starts its
+	// of a server on the memory backend, or of all the replicas on one
+	// Redis, hold at most 1,000,000 keys together: the sum of their
+	// `max_keys`. Creating or growing one past that is refused with 409. On Redis a changed definition starts its
 	// keys afresh too: their old states expire on their own.
 	//
 	// `group` places the limiter with the others it is decided with
@@ -1950,9 +1950,9 @@ func (c *Client) GetLimiter(ctx context.Context, name LimiterName, reqEditors ..
 //
 // `keyed` makes it hold one bucket per key under the policy, at most
 // `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-// of a server on the memory backend hold at most 1,000,000 keys
-// together: the sum of their `max_keys`. Creating or growing one past
-// that is refused with 409. On Redis a changed definition starts its
+// of a server on the memory backend, or of all the replicas on one
+// Redis, hold at most 1,000,000 keys together: the sum of their
+// `max_keys`. Creating or growing one past that is refused with 409. On Redis a changed definition starts its
 // keys afresh too: their old states expire on their own.
 //
 // `group` places the limiter with the others it is decided with
@@ -1990,9 +1990,9 @@ func (c *Client) PutLimiterWithBody(ctx context.Context, name LimiterName, conte
 //
 // `keyed` makes it hold one bucket per key under the policy, at most
 // `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-// of a server on the memory backend hold at most 1,000,000 keys
-// together: the sum of their `max_keys`. Creating or growing one past
-// that is refused with 409. On Redis a changed definition starts its
+// of a server on the memory backend, or of all the replicas on one
+// Redis, hold at most 1,000,000 keys together: the sum of their
+// `max_keys`. Creating or growing one past that is refused with 409. On Redis a changed definition starts its
 // keys afresh too: their old states expire on their own.
 //
 // `group` places the limiter with the others it is decided with
@@ -3720,9 +3720,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// `keyed` makes it hold one bucket per key under the policy, at most
 	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-	// of a server on the memory backend hold at most 1,000,000 keys
-	// together: the sum of their `max_keys`. Creating or growing one past
-	// that is refused with 409. On Redis a changed definition starts its
+	// of a server on the memory backend, or of all the replicas on one
+	// Redis, hold at most 1,000,000 keys together: the sum of their
+	// `max_keys`. Creating or growing one past that is refused with 409. On Redis a changed definition starts its
 	// keys afresh too: their old states expire on their own.
 	//
 	// `group` places the limiter with the others it is decided with
@@ -3750,9 +3750,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// `keyed` makes it hold one bucket per key under the policy, at most
 	// `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-	// of a server on the memory backend hold at most 1,000,000 keys
-	// together: the sum of their `max_keys`. Creating or growing one past
-	// that is refused with 409. On Redis a changed definition starts its
+	// of a server on the memory backend, or of all the replicas on one
+	// Redis, hold at most 1,000,000 keys together: the sum of their
+	// `max_keys`. Creating or growing one past that is refused with 409. On Redis a changed definition starts its
 	// keys afresh too: their old states expire on their own.
 	//
 	// `group` places the limiter with the others it is decided with
@@ -6054,9 +6054,9 @@ func (c *ClientWithResponses) GetLimiterWithResponse(ctx context.Context, name L
 //
 // `keyed` makes it hold one bucket per key under the policy, at most
 // `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-// of a server on the memory backend hold at most 1,000,000 keys
-// together: the sum of their `max_keys`. Creating or growing one past
-// that is refused with 409. On Redis a changed definition starts its
+// of a server on the memory backend, or of all the replicas on one
+// Redis, hold at most 1,000,000 keys together: the sum of their
+// `max_keys`. Creating or growing one past that is refused with 409. On Redis a changed definition starts its
 // keys afresh too: their old states expire on their own.
 //
 // `group` places the limiter with the others it is decided with
@@ -6090,9 +6090,9 @@ func (c *ClientWithResponses) PutLimiterWithBodyWithResponse(ctx context.Context
 //
 // `keyed` makes it hold one bucket per key under the policy, at most
 // `max_keys` of them at once (see `LimiterSpec`). The keyed limiters
-// of a server on the memory backend hold at most 1,000,000 keys
-// together: the sum of their `max_keys`. Creating or growing one past
-// that is refused with 409. On Redis a changed definition starts its
+// of a server on the memory backend, or of all the replicas on one
+// Redis, hold at most 1,000,000 keys together: the sum of their
+// `max_keys`. Creating or growing one past that is refused with 409. On Redis a changed definition starts its
 // keys afresh too: their old states expire on their own.
 //
 // `group` places the limiter with the others it is decided with

@@ -120,42 +120,6 @@ func TestKeyedLifecycle(t *testing.T) {
 	}
 }
 
-// TestKeyBudget: the keyed limiters' max_keys add up to at most
-// limiter.KeyBudget; a Put past it changes nothing, and deleting or
-// shrinking a keyed limiter gives its keys back.
-func TestKeyBudget(t *testing.T) {
-	ctx := context.Background()
-	s, _ := newStore(t)
-	p := limiter.Policy{Limit: 1, Period: time.Second}
-	half := limiter.KeyBudget / 2
-	putDef(t, s, limiter.Definition{Name: "a", Policy: p, Keyed: true, MaxKeys: half})
-	putDef(t, s, limiter.Definition{Name: "b", Policy: p, Keyed: true, MaxKeys: half})
-	_, err := s.Put(ctx, limiter.Definition{Name: "c", Policy: p, Keyed: true, MaxKeys: 1})
-	if !errors.Is(err, limiter.ErrTooManyKeys) {
-		t.Fatalf("Put past the budget: got %v, want ErrTooManyKeys", err)
-	}
-	if _, err := s.Get(ctx, "c"); !errors.Is(err, limiter.ErrNotFound) {
-		t.Errorf("the refused limiter: got %v, want ErrNotFound", err)
-	}
-	if _, err := s.Put(ctx, limiter.Definition{Name: "a", Policy: p, Keyed: true, MaxKeys: half + 1}); !errors.Is(err, limiter.ErrTooManyKeys) {
-		t.Errorf("growing a keyed limiter past the budget: got %v, want ErrTooManyKeys", err)
-	}
-	if def, _ := s.Get(ctx, "a"); def.MaxKeys != half {
-		t.Errorf("after the refused growth: max keys %d, want %d", def.MaxKeys, half)
-	}
-	// Unkeyed limiters take none of the budget.
-	put(t, s, "plain", p)
-	putDef(t, s, limiter.Definition{Name: "a", Policy: p, Keyed: true, MaxKeys: half - 10})
-	putDef(t, s, limiter.Definition{Name: "c", Policy: p, Keyed: true, MaxKeys: 10})
-	if err := s.Delete(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	putDef(t, s, limiter.Definition{Name: "d", Policy: p, Keyed: true, MaxKeys: half})
-	// Turning a keyed limiter into a plain one gives its keys back.
-	putDef(t, s, limiter.Definition{Name: "d", Policy: p})
-	putDef(t, s, limiter.Definition{Name: "e", Policy: p, Keyed: true, MaxKeys: half})
-}
-
 // TestKeyedMatchesReference holds a keyed limiter of the Store, through
 // AcquireKey, AvailableKey and Lowest at the store's clock, to the
 // reference model of a bounded table of keys.

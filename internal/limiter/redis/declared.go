@@ -94,6 +94,14 @@ func (s *Store) create(ctx context.Context, all []limiter.Definition) (created [
 			errs[i] = unavailable("create", defs[i].Name, err)
 		case n == 1:
 			created = append(created, defs[i].Name)
+			// A limiter from the config file was counted in the budget
+			// of keys when it was first put: it is counted again, never
+			// refused.
+			if defs[i].Keyed {
+				if err := s.keyBudget(ctx, defs[i].Name, defs[i].MaxKeys, budgetForce); err != nil {
+					errs[i] = err
+				}
+			}
 		}
 	}
 	// The index after the definitions, as Put orders them (see Delete).

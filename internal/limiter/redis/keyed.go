@@ -29,6 +29,33 @@ import (
 // master holds them: a decision on them is one script, and Lowest one
 // read of one index.
 
+// The ways keyBudget records a limiter's bound of keys; see
+// lua/budget.lua.
+const (
+	budgetGrow  = "grow"  // only if it rises, before the definition is written
+	budgetSet   = "set"   // as it is, after
+	budgetForce = "force" // as it is, even past the budget
+)
+
+// keyBudget records, in the budget of keys (<prefix>keys, see
+// lua/budget.lua), that the limiter name holds at most maxKeys keys (0
+// for a plain limiter or none), by mode. A rise that would take the keyed
+// limiters past limiter.KeyBudget fails with an error wrapping
+// limiter.ErrTooManyKeys and records nothing, but under budgetForce.
+func (s *Store) keyBudget(ctx context.Context, name string, maxKeys int, mode string) error {
+	v, err := budgetScript.Exec(ctx, s.client, []string{s.prefix + "keys"}, []string{name, strconv.Itoa(maxKeys), strconv.Itoa(limiter.KeyBudget), mode}).AsIntSlice()
+	if err != nil {
+		return unavailable("put", name, err)
+	}
+	if len(v) == 2 && v[0] == 0 {
+		return fmt.Errorf("redis: put %q: %w: %d keys would take the keyed limiters to %d, beyond their budget of %d; lower max_keys, or delete a keyed limiter", name, limiter.ErrTooManyKeys, maxKeys, v[1], limiter.KeyBudget)
+	}
+	if len(v) != 1 || v[0] != 1 {
+		return unavailable("put", name, fmt.Errorf("unexpected reply %v", v))
+	}
+	return nil
+}
+
 // tableKeys names the index and expiry index of the keyed limiter whose
 // definition is at def.
 func tableKeys(def string) (idx, exp string) {

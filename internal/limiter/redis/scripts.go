@@ -32,6 +32,8 @@ var (
 	unclaimLua string
 	//go:embed lua/decide.lua
 	decideLua string
+	//go:embed lua/budget.lua
+	budgetLua string
 	//go:embed lua/table.lua
 	tableLua string
 	//go:embed lua/key_acquire.lua
@@ -57,6 +59,7 @@ var (
 	createSHA1    = digest(createLua)
 	reserveScript = rueidis.NewLuaScript(reserveLua)
 	claimScript   = rueidis.NewLuaScript(claimLua)
+	budgetScript  = rueidis.NewLuaScript(budgetLua)
 	unclaimScript = rueidis.NewLuaScript(unclaimLua)
 	// decideScript decides several limiters of one group together, and
 	// the keys of keyed limiters with the tables' code.

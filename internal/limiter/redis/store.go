@@ -99,7 +99,11 @@ func notFound(op, name string) error {
 
 // Put creates the limiter or replaces its policy, and reports whether it was
 // created. An identical policy keeps the limiter's state; a different one
-// starts it full. def.Name must pass limiter.CheckName and def.Policy must
+// starts it full. A keyed limiter whose MaxKeys would take the keyed
+// limiters past limiter.KeyBudget (the sum of their MaxKeys, kept in
+// <prefix>keys by every Store on the prefix) fails with an error wrapping
+// limiter.ErrTooManyKeys and changes nothing; replacing one with the same
+// MaxKeys or fewer never does. def.Name must pass limiter.CheckName and def.Policy must
 // be valid; the errors wrap limiter.ErrInvalidName or ErrInvalidPolicy.
 // Creating a limiter while the index holds the Store's maximum of names
 // fails with an error wrapping limiter.ErrTooManyLimiters; replacing one
@@ -128,11 +132,22 @@ func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 		return false, fmt.Errorf("redis: put %q: %w", def.Name, err)
 	}
 	def = def.Normalize()
+	if def.Keyed {
+		if err := s.keyBudget(ctx, def.Name, def.MaxKeys, budgetGrow); err != nil {
+			return false, err
+		}
+	}
 	room, err := reserveScript.Exec(ctx, s.client, []string{s.names}, []string{def.Name, strconv.Itoa(s.max)}).AsInt64()
 	if err != nil {
 		return false, unavailable("put", def.Name, err)
 	}
 	if room == 0 {
+		// A new name, refused: it holds no keys.
+		if def.Keyed {
+			if err := s.keyBudget(ctx, def.Name, 0, budgetSet); err != nil {
+				return false, err
+			}
+		}
 		return false, fmt.Errorf("redis: put %q: %w: the maximum is %d", def.Name, limiter.ErrTooManyLimiters, s.max)
 	}
 	if err := limiter.CheckGroup(def.Group); err != nil {
@@ -156,6 +171,11 @@ func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 	c := s.client
 	if err := c.Do(ctx, c.B().Zadd().Key(s.names).ScoreMember().ScoreMember(0, def.Name).Build()).Error(); err != nil {
 		return false, unavailable("put", def.Name, err)
+	}
+	// Fewer keys than before, or none: given back now that the
+	// definition holds it.
+	if err := s.keyBudget(ctx, def.Name, def.MaxKeys, budgetSet); err != nil {
+		return false, err
 	}
 	return created == 1, nil
 }
@@ -292,6 +312,9 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if err := s.unclaim(ctx, name, group); err != nil {
 		return unavailable("delete", name, err)
 	}
+	if err := s.keyBudget(ctx, name, 0, budgetSet); err != nil {
+		return err
+	}
 	s.forget(name)
 	// The name may be in the index even when the definition is gone (an
 	// earlier interrupted Delete): remove it in any case.
@@ -313,6 +336,12 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 			}
 		}
 		s.learn(name, group)
+		// The limiter put again holds its keys in the budget.
+		if def, err := s.Get(ctx, name); err == nil && def.Keyed {
+			if err := s.keyBudget(ctx, name, def.MaxKeys, budgetForce); err != nil {
+				return err
+			}
+		}
 	}
 	if existed == 0 {
 		return notFound("delete", name)

@@ -233,3 +233,46 @@ func testKeyedReservations(t *testing.T, s limiter.Store) {
 		}
 	}
 }
+
+// testKeyBudget: the keyed limiters' max_keys add up to at most
+// limiter.KeyBudget; a Put past it changes nothing, and deleting,
+// shrinking or unkeying a keyed limiter gives its keys back.
+func testKeyBudget(t *testing.T, s limiter.Store) {
+	p := limiter.Policy{Limit: 1, Period: time.Second}
+	putDef := func(def limiter.Definition) {
+		t.Helper()
+		if _, err := s.Put(ctx(t), def); err != nil {
+			t.Fatalf("Put(%+v): %v", def, err)
+		}
+	}
+	half := limiter.KeyBudget / 2
+	putDef(limiter.Definition{Name: "a", Policy: p, Keyed: true, MaxKeys: half})
+	putDef(limiter.Definition{Name: "b", Policy: p, Keyed: true, MaxKeys: half})
+	if _, err := s.Put(ctx(t), limiter.Definition{Name: "c", Policy: p, Keyed: true, MaxKeys: 1}); !errors.Is(err, limiter.ErrTooManyKeys) {
+		t.Fatalf("Put past the budget: got %v, want ErrTooManyKeys", err)
+	}
+	if _, err := s.Get(ctx(t), "c"); !errors.Is(err, limiter.ErrNotFound) {
+		t.Errorf("the refused limiter: got %v, want ErrNotFound", err)
+	}
+	if _, err := s.Put(ctx(t), limiter.Definition{Name: "a", Policy: p, Keyed: true, MaxKeys: half + 1}); !errors.Is(err, limiter.ErrTooManyKeys) {
+		t.Errorf("growing a keyed limiter past the budget: got %v, want ErrTooManyKeys", err)
+	}
+	if def, _ := s.Get(ctx(t), "a"); def.MaxKeys != half {
+		t.Errorf("after the refused growth: max keys %d, want %d", def.MaxKeys, half)
+	}
+	// Unkeyed limiters take none of the budget; a smaller bound gives
+	// keys back.
+	put(t, s, "plain", p)
+	putDef(limiter.Definition{Name: "a", Policy: p, Keyed: true, MaxKeys: half - 10})
+	putDef(limiter.Definition{Name: "c", Policy: p, Keyed: true, MaxKeys: 10})
+	if err := s.Delete(ctx(t), "b"); err != nil {
+		t.Fatal(err)
+	}
+	putDef(limiter.Definition{Name: "d", Policy: p, Keyed: true, MaxKeys: half})
+	// Turning a keyed limiter into a plain one gives its keys back.
+	putDef(limiter.Definition{Name: "d", Policy: p})
+	putDef(limiter.Definition{Name: "e", Policy: p, Keyed: true, MaxKeys: half})
+	if _, err := s.Put(ctx(t), limiter.Definition{Name: "f", Policy: p, Keyed: true, MaxKeys: 1}); !errors.Is(err, limiter.ErrTooManyKeys) {
+		t.Errorf("Put past the budget at the end: got %v, want ErrTooManyKeys", err)
+	}
+}

@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"Reservations", testReservations},
 		{"ConcurrentSettle", testConcurrentSettle},
 		{"Keyed", testKeyed},
+		{"KeyBudget", testKeyBudget},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
