@@ -152,8 +152,8 @@ func TestRedisDeclaredGroupedKeyedLimiters(t *testing.T) {
 	checkGroupedKeyed(t, c)
 }
 
-// Keyed limiters whose max_keys add up past the memory backend's budget of
-// keys stop the service at start-up, as a configuration error.
+// Keyed limiters whose max_keys add up past the budget of keys stop the
+// service at start-up, as a configuration error.
 func TestDeclaredKeysBeyondBudget(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	path := configFile(t, `limiters:

@@ -11,8 +11,8 @@
 // limiters, created at start-up, and the per-IP policy. Unknown keys are
 // errors. A limiter's keys mean what they mean to PUT /v1/limiters/{name}
 // and are checked by the same rules: group by the rule of limiter names,
-// max_keys only with keyed. On the memory backend the max_keys of the
-// keyed limiters add up to at most limiter.KeyBudget. A limiter's group is
+// max_keys only with keyed. The max_keys of the keyed limiters add up to
+// at most limiter.KeyBudget. A limiter's group is
 // fixed when it is created: one that already exists in another group (on
 // Redis, created through the API or by another configuration) is not
 // moved, and the service logs that it was not created. Every key but a
@@ -156,8 +156,8 @@ type Config struct {
 	Tenants tenant.Config
 	// Limiters are the named limiters to create at start-up, in file order,
 	// valid (names, policies, groups and keyed settings) and normalized; no
-	// two share a name. On the memory backend their MaxKeys add up to at
-	// most limiter.KeyBudget.
+	// two share a name. Their MaxKeys add up to at most
+	// limiter.KeyBudget.
 	Limiters []limiter.Definition
 	// ShowVersion reports that --version was given: the caller prints its
 	// version and exits. No other field is set then.
@@ -297,12 +297,12 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("config: %s declares %d limiters, more than the %d of --max-limiters (%s)",
 			c.ConfigFile, len(c.Limiters), c.MaxLimiters, origins(origin, "max-limiters"))
 	}
-	// The memory backend refuses keyed limiters past its budget of keys
-	// (see limiter.KeyBudget): refuse a file that declares more now rather
-	// than when its limiters are created.
-	if keys := declaredKeys(c.Limiters); c.Backend == BackendMemory && keys > limiter.KeyBudget {
-		return Config{}, fmt.Errorf("config: %s declares keyed limiters whose max_keys add up to %d (%d for each that leaves it out), more than the %d keys the keyed limiters of the memory backend (%s) may hold together; lower max_keys",
-			c.ConfigFile, keys, limiter.DefaultMaxKeys, limiter.KeyBudget, origins(origin, "backend"))
+	// Both backends refuse keyed limiters past the budget of keys (see
+	// limiter.KeyBudget): refuse a file that declares more now rather than
+	// when its limiters are created.
+	if keys := declaredKeys(c.Limiters); keys > limiter.KeyBudget {
+		return Config{}, fmt.Errorf("config: %s declares keyed limiters whose max_keys add up to %d (%d for each that leaves it out), more than the %d keys the keyed limiters may hold together; lower max_keys",
+			c.ConfigFile, keys, limiter.DefaultMaxKeys, limiter.KeyBudget)
 	}
 	// Each backend has its own worst case per requester (see the
 	// tenant-max-bytes setting); refuse a bound that holds none now rather

@@ -275,8 +275,8 @@ tenants:
 	}
 }
 
-// The memory backend's keyed limiters share a budget of keys; a file that
-// declares more is refused there, and only there.
+// The keyed limiters share a budget of keys on either backend; a file that
+// declares more is refused.
 func TestDeclaredKeysBudget(t *testing.T) {
 	const file = "limiters:\n" +
 		"  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: %d}\n" +
@@ -290,7 +290,7 @@ func TestDeclaredKeysBudget(t *testing.T) {
 	}{
 		{name: "at the budget", maxKeys: limiter.KeyBudget - limiter.DefaultMaxKeys, backend: BackendMemory},
 		{name: "one past the budget", maxKeys: limiter.KeyBudget - limiter.DefaultMaxKeys + 1, backend: BackendMemory, wantErr: true},
-		{name: "past the budget on redis", maxKeys: limiter.MaxMaxKeys, backend: BackendRedis},
+		{name: "past the budget on redis", maxKeys: limiter.KeyBudget - limiter.DefaultMaxKeys + 1, backend: BackendRedis, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -454,11 +454,11 @@ func TestInvalid(t *testing.T) {
 			want: []string{"limiters[0] (a)", "max_keys must be an integer, got 1.5"}},
 		{name: "limiter max keys as a string", args: file("limiters:\n  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: '50'}\n"),
 			want: []string{"limiters[0] (a)", `max_keys must be an integer, got "50"`}},
-		{name: "keys beyond the memory backend's budget", args: file("limiters:\n" +
+		{name: "keys beyond the budget", args: file("limiters:\n" +
 			"  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 600000}\n" +
 			"  - {name: b, limit: 1, period: 1s, keyed: true, max_keys: 395000}\n" +
 			"  - {name: c, limit: 1, period: 1s, keyed: true}\n"),
-			want: []string{"declares keyed limiters whose max_keys add up to 1005000", "more than the 1000000 keys", "memory backend", "lower max_keys"}},
+			want: []string{"declares keyed limiters whose max_keys add up to 1005000", "more than the 1000000 keys", "lower max_keys"}},
 		{name: "duplicate limiter", args: file("limiters:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, limit: 1, period: 1s}\n  - {name: a, limit: 2, period: 1s}\n"),
 			want: []string{"limiters[2] (a)", "duplicate", "limiters[0]"}},
 	}

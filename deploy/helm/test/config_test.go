@@ -193,7 +193,7 @@ func TestConfigWiring(t *testing.T) {
 		name: "limiters in groups, keyed ones included, with names YAML would read as other types",
 		extra: `config:
   limiters:
-    - {name: a, limit: 1, period: 1s, group: "true", keyed: true, max_keys: 10000000}
+    - {name: a, limit: 1, period: 1s, group: "true", keyed: true, max_keys: 990000}
     - {name: b, limit: 2, period: 2s, group: "true"}
     - {name: c, limit: 3, period: 3s, group: "123", keyed: true}
     - {name: d, limit: 4, period: 4s, group: "1e3", keyed: false}

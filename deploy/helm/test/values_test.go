@@ -192,18 +192,18 @@ func TestRenderRejectsInconsistentValues(t *testing.T) {
 			"config.limiters declares 3 limiters, more than server.maxLimiters=2",
 		}},
 		{"as many limiters as the maximum", "server: {maxLimiters: 2}\nconfig:\n  limiters:\n    - {name: a, limit: 1, period: 1s}\n    - {name: b, limit: 1, period: 1s}\n", nil},
-		{"keyed limiters past the memory backend's keys", "config:\n  limiters:\n" +
+		{"keyed limiters past the budget of keys", "config:\n  limiters:\n" +
 			"    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 995000}\n" +
 			"    - {name: b, limit: 1, period: 1s, keyed: true}\n", []string{
 			"config.limiters: the max_keys of the keyed limiters add up to 1005000 (10000 for each that leaves it out), more than the 1000000 keys",
 			"the service would refuse to start",
 		}},
-		{"keyed limiters at the memory backend's keys", "config:\n  limiters:\n" +
+		{"keyed limiters at the budget of keys", "config:\n  limiters:\n" +
 			"    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 990000}\n" +
 			"    - {name: b, limit: 1, period: 1s, keyed: true}\n    - {name: c, limit: 1, period: 1s}\n", nil},
-		{"keyed limiters past the memory backend's keys on redis", redis + "config:\n  limiters:\n" +
+		{"keyed limiters past the budget of keys on redis", redis + "config:\n  limiters:\n" +
 			"    - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 10000000}\n" +
-			"    - {name: b, limit: 1, period: 1s, keyed: true}\n", nil},
+			"    - {name: b, limit: 1, period: 1s, keyed: true}\n", []string{"add up to 10010000"}},
 		{"per-IP burst above the limit", "config:\n  tenants: {limit: 5, burst: 6}\n", []string{"config.tenants: burst 6 is above the limit 5"}},
 		{"disruption budget both ways", "podDisruptionBudget: {minAvailable: 1, maxUnavailable: 1}\n", []string{"set one"}},
 		{"disruption budget neither way", "podDisruptionBudget: {minAvailable: \"\", maxUnavailable: \"\"}\n", []string{"neither minAvailable nor maxUnavailable"}},

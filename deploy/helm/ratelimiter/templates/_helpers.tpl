@@ -382,8 +382,8 @@ express. Included by the Deployment, so every render runs it.
 {{- $keys = add $keys (int64 (.max_keys | default 10000)) }}
 {{- end }}
 {{- end }}
-{{- if and (eq $v.backend.type "memory") (gt (int64 $keys) 1000000) }}
-{{- fail (printf "config.limiters: the max_keys of the keyed limiters add up to %d (10000 for each that leaves it out), more than the 1000000 keys the keyed limiters of the memory backend may hold together: the service would refuse to start. Lower max_keys." (int64 $keys)) }}
+{{- if gt (int64 $keys) 1000000 }}
+{{- fail (printf "config.limiters: the max_keys of the keyed limiters add up to %d (10000 for each that leaves it out), more than the 1000000 keys the keyed limiters may hold together: the service would refuse to start. Lower max_keys." (int64 $keys)) }}
 {{- end }}
 {{- if gt (len $v.config.limiters) (int $v.server.maxLimiters) }}
 {{- fail (printf "config.limiters declares %d limiters, more than server.maxLimiters=%d: the service would refuse to start. Raise server.maxLimiters, or declare fewer." (len $v.config.limiters) (int $v.server.maxLimiters)) }}
