@@ -27,8 +27,10 @@ const (
 	// worst, keys of MaxKeyLen bytes under GCRA): 60 MB for keys of 20
 	// bytes. Each keyed limiter also costs about 1 KB before its first key
 	// (its tables grow a shard per 1,024 keys of its MaxKeys, up to 64).
-	// On Redis it is shared by every replica on one prefix, and bounds
-	// the keys at about 384 MB under GCRA (a key's worst case there).
+	// On Redis it is shared by every replica on one prefix; a key there
+	// takes a few hundred bytes (384 at worst for a tenant's 16-byte key
+	// under GCRA, more for a longer key, which its state's name and its
+	// index member both hold).
 	KeyBudget = 1_000_000
 )
 
