@@ -115,3 +115,32 @@ func BenchmarkAcquireBatchHTTP(b *testing.B) {
 	body := `{"acquisitions":[` + strings.Repeat(`{"limiter":"bench","permits":1},`, 99) + `{"limiter":"bench","permits":1}]}`
 	serve(b, h, "/v1/acquire", body)
 }
+
+// BenchmarkDecideHTTP measures a decision of three limiters of one group
+// through the whole handler, beside BenchmarkAcquireHTTP's single acquire:
+//
+//	go test -run '^$' -bench 'AcquireHTTP/fast$|DecideHTTP' -benchmem -cpu 1 ./internal/httpapi
+func BenchmarkDecideHTTP(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		set  settings
+	}{
+		{name: "fast"},
+		{name: "kin", set: settings{kinEverywhere: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			o := benchOptions(b)
+			for _, name := range []string{"burst", "hourly", "daily"} {
+				d := limiter.Definition{Name: name, Group: "checkout", Policy: limiter.Policy{Limit: limiter.MaxLimit, Period: time.Millisecond}}
+				if _, err := o.Limiters.Put(b.Context(), d); err != nil {
+					b.Fatal(err)
+				}
+			}
+			h, err := newServer(o, bc.set)
+			if err != nil {
+				b.Fatal(err)
+			}
+			serve(b, h, "/v1/decide", `{"items":[{"limiter":"burst"},{"limiter":"hourly"},{"limiter":"daily","permits":1}]}`)
+		})
+	}
+}

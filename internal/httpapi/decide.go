@@ -2,10 +2,10 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,17 +50,20 @@ func (s *server) Refund(ctx context.Context, req gen.RefundRequestObject) (gen.R
 }
 
 func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limiter.Mode, onceKey *string) (*verdictAnswer, error) {
-	if body == nil {
-		return nil, invalid("body", "is required")
-	}
-	items := make([]limiter.Item, len(body.Items))
-	for i, it := range body.Items {
-		items[i] = limiter.Item{Name: it.Limiter, Permits: 1}
-		if it.Permits != nil {
-			items[i].Permits = *it.Permits
+	items, checked := itemsOf(ctx)
+	if !checked { // validated by kin-openapi, not by validateFast
+		if body == nil {
+			return nil, invalid("body", "is required")
 		}
-		if it.Key != nil {
-			items[i].Key = *it.Key
+		items = make([]limiter.Item, len(body.Items))
+		for i, it := range body.Items {
+			items[i] = limiter.Item{Name: it.Limiter, Permits: 1}
+			if it.Permits != nil {
+				items[i].Permits = *it.Permits
+			}
+			if it.Key != nil {
+				items[i].Key = *it.Key
+			}
 		}
 	}
 	once := ""
@@ -83,20 +86,22 @@ func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limit
 // limiters unless it is degraded.
 func (s *server) verdictAnswer(ctx context.Context, v limiter.Verdict) *verdictAnswer {
 	a := &verdictAnswer{v: v}
-	if !v.Degraded {
-		// One entry per limiter, in the order of the items.
-		var policies, limits []string
-		seen := make(map[string]bool, len(v.Checks))
-		for _, c := range v.Checks {
-			if seen[c.Name] {
-				continue
-			}
-			seen[c.Name] = true
-			policies = append(policies, s.policyOf(ctx, c.Name, c.Limit))
-			limits = append(limits, rateLimitHeader(c.Name, c.Remaining, c.ResetAfter))
-		}
-		a.policy, a.rateLimit = strings.Join(policies, ", "), strings.Join(limits, ", ")
+	if v.Degraded {
+		return a
 	}
+	// One entry per limiter, in the order of the items.
+	var policy, rateLimit []byte
+	for i, c := range v.Checks {
+		if slices.ContainsFunc(v.Checks[:i], func(o limiter.Check) bool { return o.Name == c.Name }) {
+			continue
+		}
+		if len(policy) > 0 {
+			policy, rateLimit = append(policy, ", "...), append(rateLimit, ", "...)
+		}
+		policy = append(policy, s.policyOf(ctx, c.Name, c.Limit)...)
+		rateLimit = append(rateLimit, rateLimitHeader(c.Name, c.Remaining, c.ResetAfter)...)
+	}
+	a.policy, a.rateLimit = string(policy), string(rateLimit)
 	return a
 }
 
@@ -161,46 +166,72 @@ func (a *verdictAnswer) VisitCancelReservationResponse(w http.ResponseWriter) er
 	return a.write(w)
 }
 
+// write writes the Verdict by hand, as the generated code would
+// (TestVerdictAnswerMatchesGenerated), without its reflection.
 func (a *verdictAnswer) write(w http.ResponseWriter) error {
 	v := a.v
-	body := gen.Verdict{Allowed: v.Allowed, ExceedsCapacity: v.ExceedsCapacity, Items: make([]gen.ItemCheck, len(v.Checks))}
+	buf := buffers.Get().(*[]byte)
+	defer buffers.Put(buf)
+	b := append((*buf)[:0], `{"allowed":`...)
+	b = strconv.AppendBool(b, v.Allowed)
 	if v.Degraded {
-		t := true
-		body.Degraded = &t
+		b = append(b, `,"degraded":true`...)
 	}
+	b = append(b, `,"exceeds_capacity":`...)
+	b = strconv.AppendBool(b, v.ExceedsCapacity)
+	b = append(b, `,"items":[`...)
+	for i, c := range v.Checks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"exceeds_capacity":`...)
+		b = strconv.AppendBool(b, c.ExceedsCapacity)
+		b = append(b, `,"fits":`...)
+		b = strconv.AppendBool(b, c.Fits)
+		if c.Key != "" {
+			b = append(b, `,"key":`...)
+			b = appendJSONString(b, c.Key)
+		}
+		if c.KeysFull {
+			b = append(b, `,"keys_full":true`...)
+		}
+		b = append(b, `,"limit":`...)
+		b = strconv.AppendInt(b, c.Limit, 10)
+		b = append(b, `,"limiter":`...)
+		b = appendJSONString(b, c.Name)
+		b = append(b, `,"permits":`...)
+		b = strconv.AppendInt(b, c.Permits, 10)
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, c.Remaining, 10)
+		b = append(b, `,"reset_after_ms":`...)
+		b = strconv.AppendInt(b, millis(c.ResetAfter), 10)
+		if !c.Fits && !c.ExceedsCapacity && !v.Degraded {
+			b = append(b, `,"retry_after_ms":`...)
+			b = strconv.AppendInt(b, millis(c.RetryAfter), 10)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, ']')
 	if v.Replayed {
-		t := true
-		body.Replayed = &t
+		b = append(b, `,"replayed":true`...)
 	}
 	if v.Reservation != "" {
-		id := v.Reservation
-		body.Reservation = &id
+		b = append(b, `,"reservation":`...)
+		b = appendJSONString(b, v.Reservation)
 	}
 	retry := !v.Allowed && !v.ExceedsCapacity && !v.Degraded
 	if retry {
-		ms := millis(v.RetryAfter)
-		body.RetryAfterMs = &ms
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, millis(v.RetryAfter), 10)
 	}
-	for i, c := range v.Checks {
-		ic := gen.ItemCheck{
-			Limiter: c.Name, Permits: c.Permits, Fits: c.Fits, ExceedsCapacity: c.ExceedsCapacity,
-			Remaining: c.Remaining, Limit: c.Limit, ResetAfterMs: millis(c.ResetAfter),
-		}
-		if c.Key != "" {
-			key := c.Key
-			ic.Key = &key
-		}
-		if c.KeysFull {
-			t := true
-			ic.KeysFull = &t
-		}
-		if !c.Fits && !c.ExceedsCapacity && !v.Degraded {
-			ms := millis(c.RetryAfter)
-			ic.RetryAfterMs = &ms
-		}
-		body.Items[i] = ic
+	b = append(b, "}\n"...)
+	if cap(b) <= maxPooledAnswer {
+		*buf = b
 	}
+
 	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	if a.policy != "" {
 		h[hdrPolicy] = []string{a.policy}
 		h[hdrRateLimit] = []string{a.rateLimit}
@@ -208,12 +239,7 @@ func (a *verdictAnswer) write(w http.ResponseWriter) error {
 	if retry {
 		h[hdrRetryAfter] = []string{strconv.FormatInt(*retryAfter(v.RetryAfter), 10)}
 	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	h["Content-Type"] = contentTypeJSON
 	w.WriteHeader(http.StatusOK)
-	_, err = w.Write(append(b, '\n'))
+	_, err := w.Write(b)
 	return err
 }

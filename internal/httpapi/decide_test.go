@@ -1,13 +1,19 @@
 package httpapi
 
 import (
+	"fmt"
+	"math"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/client"
+	"github.com/ratelimiter/ratelimiter/internal/gen"
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
 func items(pairs ...any) client.DecideRequest {
@@ -353,5 +359,83 @@ func TestReservations(t *testing.T) {
 	checkProblem(t, bad, body, http.StatusBadRequest)
 	if got := e.available("other"); got != 10 {
 		t.Errorf("other: %d left, want 10", got)
+	}
+}
+
+// TestVerdictAnswerMatchesGenerated: the hand-written Verdict is byte for
+// byte what the generated code writes for the same verdict, but for the
+// rate-limit headers of a degraded verdict, which the generated code would
+// send empty, and the Content-Length it adds.
+func TestVerdictAnswerMatchesGenerated(t *testing.T) {
+	checks := []limiter.Check{
+		{Name: "burst", Permits: 1, Fits: true, Remaining: 4, Limit: 5, ResetAfter: 200 * time.Millisecond},
+		{Name: "daily", Permits: 3, Remaining: 2, Limit: 9, ResetAfter: 33333333334, RetryAfter: 6666666667},
+		{Name: "a<b>&c", Permits: 10, ExceedsCapacity: true, Remaining: 9, Limit: 9},
+		{Name: "k", Key: `user "<42>"`, Permits: 1, Fits: true, Remaining: 2, Limit: 3, ResetAfter: 1e9},
+		{Name: "k", Key: "é", Permits: 1, KeysFull: true, Limit: 3, ResetAfter: 2e9, RetryAfter: 2e9},
+		{Name: "max", Permits: limiter.MaxLimit, Fits: true, Limit: limiter.MaxLimit, ResetAfter: math.MaxInt64},
+	}
+	verdicts := []limiter.Verdict{
+		{Allowed: true, Checks: checks[:1]},
+		{Checks: checks[:2], RetryAfter: 6666666667},
+		{ExceedsCapacity: true, Checks: checks[:3]},
+		{Checks: checks[3:5], RetryAfter: 2e9},
+		{Allowed: true, Checks: checks[5:], Replayed: true, Reservation: "g.checkout.0123456789abcdef"},
+		{Allowed: true, Degraded: true, Checks: []limiter.Check{{Name: "burst", Permits: 1}, {Name: "daily", Permits: 2}}},
+		{Degraded: true, Checks: []limiter.Check{{Name: "burst", Permits: 1}}},
+		{Allowed: true, Checks: checks, Reservation: `k.k.dXNlcg.00`},
+	}
+	for i, v := range verdicts {
+		a := &verdictAnswer{v: v}
+		if !v.Degraded {
+			a.policy, a.rateLimit = `"burst";q=5;w=1`, `"burst";r=4;t=1`
+		}
+		body := gen.Verdict{Allowed: v.Allowed, ExceedsCapacity: v.ExceedsCapacity, Items: make([]gen.ItemCheck, len(v.Checks))}
+		if v.Degraded {
+			body.Degraded = ptr(true)
+		}
+		if v.Replayed {
+			body.Replayed = ptr(true)
+		}
+		if v.Reservation != "" {
+			body.Reservation = ptr(v.Reservation)
+		}
+		h := gen.VerdictResponseHeaders{RateLimit: a.rateLimit, RateLimitPolicy: a.policy}
+		if !v.Allowed && !v.ExceedsCapacity && !v.Degraded {
+			body.RetryAfterMs = ptr(millis(v.RetryAfter))
+			h.RetryAfter = retryAfter(v.RetryAfter)
+		}
+		for j, c := range v.Checks {
+			ic := gen.ItemCheck{
+				Limiter: c.Name, Permits: c.Permits, Fits: c.Fits, ExceedsCapacity: c.ExceedsCapacity,
+				Remaining: c.Remaining, Limit: c.Limit, ResetAfterMs: millis(c.ResetAfter),
+			}
+			if c.Key != "" {
+				ic.Key = ptr(c.Key)
+			}
+			if c.KeysFull {
+				ic.KeysFull = ptr(true)
+			}
+			if !c.Fits && !c.ExceedsCapacity && !v.Degraded {
+				ic.RetryAfterMs = ptr(millis(c.RetryAfter))
+			}
+			body.Items[j] = ic
+		}
+		got, want := httptest.NewRecorder(), httptest.NewRecorder()
+		if err := a.VisitDecideResponse(got); err != nil {
+			t.Fatal(err)
+		}
+		if err := (gen.Decide200JSONResponse{VerdictJSONResponse: gen.VerdictJSONResponse{Body: body, Headers: h}}).VisitDecideResponse(want); err != nil {
+			t.Fatal(err)
+		}
+		if cl := got.Header().Get("Content-Length"); cl != strconv.Itoa(got.Body.Len()) {
+			t.Errorf("verdict %d: Content-Length %q for a body of %d bytes", i, cl, got.Body.Len())
+		}
+		got.Header().Del("Content-Length")
+		if v.Degraded {
+			want.Header().Del("RateLimit")
+			want.Header().Del("RateLimit-Policy")
+		}
+		same(t, fmt.Sprintf("verdict %d", i), got, want)
 	}
 }

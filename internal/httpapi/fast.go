@@ -15,9 +15,10 @@ import (
 
 // validateFast checks a request to a hot operation against the spec, as
 // kin-openapi would, without its cost: the path parameter, and the
-// AcquireRequest or BatchAcquireRequest body. It returns the request to
-// serve, which carries a batch's acquisitions. TestFastValidationAgreesWithSpec holds the two
-// together.
+// AcquireRequest, BatchAcquireRequest or DecideRequest body, and the
+// Idempotency-Key header. It returns the request to serve, which carries a
+// batch's acquisitions or a decision's items.
+// TestFastValidationAgreesWithSpec holds the two together.
 func validateFast(op *operation, r *http.Request, b *body) (*http.Request, *problem) {
 	// A name is checked as sent, escaped, as kin-openapi does: no valid
 	// name needs escaping, and '%' is none of its characters. An address
@@ -48,6 +49,22 @@ func validateFast(op *operation, r *http.Request, b *body) (*http.Request, *prob
 		clear(b.value)
 		r.Body = checkedBody{b}
 		return withBatch(r, bt), nil
+	case fastDecide:
+		if op.once {
+			if p := checkOnceHeader(r.Header); p != nil {
+				return r, p
+			}
+		}
+		if b == nil {
+			return r, invalid("body", "is required")
+		}
+		items, p := checkDecide(b.buf)
+		if p != nil {
+			return r, p
+		}
+		clear(b.value)
+		r.Body = checkedBody{b}
+		return withItems(r, items), nil
 	}
 	if b == nil {
 		return r, nil

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratelimiter/ratelimiter/client"
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
 // TestFastValidationAgreesWithSpec sends the same requests to the hot
@@ -26,7 +27,10 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 		e.put("seed", client.LimiterSpec{Limit: 1_000_000_000, Period: "1h"})
 	}
 
-	type request struct{ method, path, body string }
+	type request struct {
+		method, path, body string
+		header             []string
+	}
 	var reqs []request
 	for _, tc := range badInputs {
 		if tc.method == "" || tc.method == http.MethodPost || strings.Contains(tc.path, "/available") {
@@ -40,7 +44,7 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 			if path == "" {
 				path = "/v1/limiters/seed/acquire"
 			}
-			reqs = append(reqs, request{method, path, tc.body})
+			reqs = append(reqs, request{method: method, path: path, body: tc.body})
 		}
 	}
 	// Valid bodies, and bodies at the edges.
@@ -49,7 +53,7 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 		"9223372036854775807", "9223372036854775808", "-9223372036854775808", "123456789012345678901234567890",
 		"true", "false", "null", `"1"`, `""`, "[]", "[1]", "{}", `{"n":1}`,
 	} {
-		reqs = append(reqs, request{http.MethodPost, "/v1/limiters/seed/acquire", `{"permits":` + permits + `}`})
+		reqs = append(reqs, request{method: http.MethodPost, path: "/v1/limiters/seed/acquire", body: `{"permits":` + permits + `}`})
 	}
 	for _, body := range []string{
 		`{}`, ` { } `, "{\n\t\"permits\" :\r 7 }", `{"perm\u0069ts":2}`, `{"permits\u0000":2}`, `{"":1}`,
@@ -59,7 +63,7 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 		`{"key":"\u00e9"}`, `{"key":"` + strings.Repeat("k", 128) + `"}`, `{"key":"` + strings.Repeat("k", 129) + `"}`,
 		`{"key":"` + strings.Repeat("é", 100) + `"}`, `{"key":"a","key":"a"}`,
 	} {
-		reqs = append(reqs, request{http.MethodPost, "/v1/limiters/seed/acquire", body})
+		reqs = append(reqs, request{method: http.MethodPost, path: "/v1/limiters/seed/acquire", body: body})
 	}
 	// Batches, valid or not.
 	for _, body := range []string{
@@ -84,7 +88,34 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 		`{"acquisitions":[` + strings.Repeat(`{"limiter":"seed"},`, 999) + `{"limiter":"-"}]}`,
 		`[]`, `"x"`, `null`,
 	} {
-		reqs = append(reqs, request{http.MethodPost, "/v1/acquire", body})
+		reqs = append(reqs, request{method: http.MethodPost, path: "/v1/acquire", body: body})
+		// The same lists as the items of a decision, which are bounded
+		// at 32.
+		if strings.Count(body, "seed") < 40 {
+			for _, path := range []string{"/v1/decide", "/v1/peek", "/v1/charge", "/v1/refund"} {
+				reqs = append(reqs, request{method: http.MethodPost, path: path, body: strings.ReplaceAll(strings.ReplaceAll(body, "acquisitions", "items"), "Acquisitions", "Items")})
+			}
+		}
+	}
+	for _, body := range []string{
+		`{"items":[` + strings.Repeat(`{"limiter":"seed"},`, 31) + `{"limiter":"seed"}]}`,
+		`{"items":[` + strings.Repeat(`{"limiter":"seed"},`, 32) + `{"limiter":"seed"}]}`,
+		`{"items":[]}`, `{"items":null}`, `{"items":[{"limiter":"seed"}],"acquisitions":[]}`, `{}`,
+	} {
+		reqs = append(reqs, request{method: http.MethodPost, path: "/v1/decide", body: body})
+	}
+	// Idempotency keys, valid or not, where they are declared and where
+	// they are not (peek ignores the header).
+	for i, key := range []string{
+		"a", "6f1c2a7e-0b1d-4c1e-9a55-0f3c2d8b9e41", "a.b_c:d-e", strings.Repeat("k", 128), strings.Repeat("k", 129),
+		"", " ", "a b", "é", strings.Repeat("é", 100), "a/b", "a%41", "{a}",
+	} {
+		body := fmt.Sprintf(`{"items":[{"limiter":"seed","permits":%d}]}`, i+1)
+		for _, path := range []string{"/v1/decide", "/v1/peek", "/v1/charge", "/v1/refund"} {
+			reqs = append(reqs, request{method: http.MethodPost, path: path, body: body, header: []string{"Idempotency-Key", key}})
+		}
+		// The same key again with another body.
+		reqs = append(reqs, request{method: http.MethodPost, path: "/v1/decide", body: `{"items":[{"limiter":"seed"}]}`, header: []string{"Idempotency-Key", key}})
 	}
 	// Names and addresses, valid or not, random or at the edges.
 	names := []string{"seed", "a", "0", "a.b_c-d", strings.Repeat("z", 128), strings.Repeat("z", 129), "se%41d", "%73eed", "s%2Fd", "-", "a..", "A-"}
@@ -104,10 +135,11 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 		ips = append(ips, s)
 	}
 	for _, n := range names {
-		reqs = append(reqs, request{http.MethodPost, "/v1/limiters/" + n + "/acquire", ""}, request{http.MethodGet, "/v1/limiters/" + n + "/available", ""})
+		reqs = append(reqs, request{method: http.MethodPost, path: "/v1/limiters/" + n + "/acquire"}, request{method: http.MethodGet, path: "/v1/limiters/" + n + "/available"})
+		reqs = append(reqs, request{method: http.MethodPost, path: "/v1/decide", body: `{"items":[{"limiter":"` + n + `"}]}`})
 	}
 	for _, ip := range ips {
-		reqs = append(reqs, request{http.MethodPost, "/v1/tenants/" + ip + "/acquire", `{"permits":1}`}, request{http.MethodGet, "/v1/tenants/" + ip + "/available", ""})
+		reqs = append(reqs, request{method: http.MethodPost, path: "/v1/tenants/" + ip + "/acquire", body: `{"permits":1}`}, request{method: http.MethodGet, path: "/v1/tenants/" + ip + "/available"})
 	}
 
 	for _, r := range reqs {
@@ -115,10 +147,10 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 		if r.body != "" {
 			ct = "application/json"
 		}
-		fres, fbody := fast.raw(r.method, r.path, ct, r.body)
-		sres, sbody := spec.raw(r.method, r.path, ct, r.body)
+		fres, fbody := fast.raw(r.method, r.path, ct, r.body, r.header...)
+		sres, sbody := spec.raw(r.method, r.path, ct, r.body, r.header...)
 		if fres.StatusCode != sres.StatusCode {
-			t.Errorf("%s %s %s: fast validation answered %d %s, the spec %d %s", r.method, r.path, r.body, fres.StatusCode, fbody, sres.StatusCode, sbody)
+			t.Errorf("%s %s %s %q: fast validation answered %d %s, the spec %d %s", r.method, r.path, r.body, r.header, fres.StatusCode, fbody, sres.StatusCode, sbody)
 			continue
 		}
 		if fres.StatusCode != http.StatusBadRequest {
@@ -134,7 +166,7 @@ func TestFastValidationAgreesWithSpec(t *testing.T) {
 		// refuses it and names the field without array indices.
 		first := (*fp.Errors)[0]
 		if !slices.Contains(fieldLocations(sp), first.Location) && !slices.Contains(fieldLocations(sp), withoutIndices(first.Location)) {
-			t.Errorf("%s %s %s: fast validation blames %s, the spec %v", r.method, r.path, r.body, first.Location, fieldLocations(sp))
+			t.Errorf("%s %s %s %q: fast validation blames %s, the spec %v", r.method, r.path, r.body, r.header, first.Location, fieldLocations(sp))
 		}
 	}
 	if got, want := fast.available("seed"), spec.available("seed"); got != want {
@@ -251,4 +283,104 @@ func TestHeaderValues(t *testing.T) {
 			t.Errorf("got %s, want %s", tc.got, tc.want)
 		}
 	}
+}
+
+// decideModel is the obviously-correct reading of a DecideRequest body:
+// encoding/json's tokens, checked one by one. It returns the items, or
+// false when the body is invalid.
+func decideModel(data []byte) ([]limiter.Item, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	var items []limiter.Item
+	seenItems := false
+	for dec.More() {
+		if name, _ := dec.Token(); name != "items" || seenItems {
+			return nil, false
+		}
+		seenItems = true
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+			return nil, false
+		}
+		for dec.More() {
+			if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+				return nil, false
+			}
+			it := limiter.Item{Permits: 1}
+			seen := map[string]bool{}
+			for dec.More() {
+				name, _ := dec.Token()
+				field, _ := name.(string)
+				if seen[field] {
+					return nil, false
+				}
+				seen[field] = true
+				v, err := dec.Token()
+				if err != nil {
+					return nil, false
+				}
+				switch field {
+				case "limiter":
+					s, ok := v.(string)
+					if !ok || limiter.CheckName(s) != nil {
+						return nil, false
+					}
+					it.Name = s
+				case "key":
+					k, ok := v.(string)
+					if !ok || k == "" || utf8.RuneCountInString(k) > 128 || strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || 0x7f <= r && r <= 0x9f }) {
+						return nil, false
+					}
+					it.Key = k
+				case "permits":
+					n, ok := v.(json.Number)
+					if !ok || strings.ContainsAny(string(n), ".eE") {
+						return nil, false
+					}
+					if _, err := fmt.Sscan(string(n), &it.Permits); err != nil || it.Permits < 1 || it.Permits > 1_000_000_000 {
+						return nil, false
+					}
+				default:
+					return nil, false // an unknown member, or an object or array value
+				}
+			}
+			if _, err := dec.Token(); err != nil || !seen["limiter"] {
+				return nil, false
+			}
+			items = append(items, it)
+		}
+		if _, err := dec.Token(); err != nil {
+			return nil, false
+		}
+	}
+	return items, seenItems && 1 <= len(items) && len(items) <= limiter.MaxItems
+}
+
+// FuzzCheckDecide holds checkDecide, and with it the readers of a batch's
+// acquisitions, to decideModel.
+func FuzzCheckDecide(f *testing.F) {
+	for _, s := range []string{
+		`{"items":[{"limiter":"a"}]}`, `{"items":[{"limiter":"a","key":"u","permits":2},{"permits":3,"limiter":"b"}]}`,
+		`{"items":[]}`, `{"items":null}`, `{"items":[{"limiter":"a","limiter":"a"}]}`, `{"items":[{"limiter":"-"}]}`,
+		`{"items":[{"limiter":"a","key":""}]}`, `{"items":[{"limiter":"a","permits":1e0}]}`, `{"items":[{"limiter":"a"}],"items":[]}`,
+		`{"items":[{"limiter":"a","x":{"y":[1,"]"]}}]}`, `{"items":[{"limiter":"\u0061"}]}`, `{"Items":[{"limiter":"a"}]}`, `[]`,
+		`{"items":[` + strings.Repeat(`{"limiter":"a"},`, 32) + `{"limiter":"a"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return
+		}
+		got, p := checkDecide(data)
+		want, ok := decideModel(data)
+		if (p == nil) != ok {
+			t.Fatalf("checkDecide(%s): accepted %v, want %v", data, p == nil, ok)
+		}
+		if ok && !slices.Equal(got, want) {
+			t.Errorf("checkDecide(%s) = %v, want %v", data, got, want)
+		}
+	})
 }

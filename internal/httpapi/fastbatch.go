@@ -58,75 +58,95 @@ func batchOf(ctx context.Context) (*batch, bool) {
 // and optional "permits". It appends the acquisitions to reqs, permits
 // defaulting to 1, or returns the first thing wrong with the body.
 func checkBatch(data []byte, reqs []limiter.Request) ([]limiter.Request, *problem) {
+	p := checkEnvelope(data, "acquisitions", func(value []byte) (p *problem) {
+		reqs, p = checkAcquisitions(value, reqs)
+		return p
+	})
+	if p != nil {
+		return nil, p
+	}
+	return reqs, nil
+}
+
+// checkEnvelope reads a body, which is valid JSON, that must be an object
+// whose only member is the one named member, and has read read its value.
+func checkEnvelope(data []byte, member string, read func(value []byte) *problem) *problem {
 	var (
 		p    *problem
 		seen bool
 	)
-	isObject := members(data, func(key, value []byte) bool {
+	isObject := members(data, func(name, value []byte) bool {
 		switch {
-		case string(key) != "acquisitions":
-			p = invalid("body."+string(key), "is not a known field")
+		case string(name) != member:
+			p = invalid("body."+string(name), "is not a known field")
 		case seen:
-			p = invalid("body.acquisitions", "appears more than once")
+			p = invalid("body."+member, "appears more than once")
 		default:
 			seen = true
-			reqs, p = checkAcquisitions(value, reqs)
+			p = read(value)
 		}
 		return p == nil
 	})
 	switch {
 	case !isObject:
-		return nil, invalid("body", "must be an object")
-	case p != nil:
-		return nil, p
-	case !seen:
-		return nil, invalid("body.acquisitions", "is required")
+		return invalid("body", "must be an object")
+	case p == nil && !seen:
+		return invalid("body."+member, "is required")
 	}
-	return reqs, nil
+	return p
 }
 
 // checkAcquisitions appends the acquisitions of the array in data to reqs.
 func checkAcquisitions(data []byte, reqs []limiter.Request) ([]limiter.Request, *problem) {
-	const where = "body.acquisitions"
-	switch data[0] {
-	case 'n':
-		return nil, invalid(where, "must not be null")
-	case '[':
-	default:
-		return nil, invalid(where, "must be an array")
-	}
 	// Room for as many acquisitions as the array can hold at its shortest,
 	// {"limiter":"x"} with a comma, so that it never grows.
 	reqs = slices.Grow(reqs, min(len(data)/len(`{"limiter":"x"},`)+1, limiter.MaxBatch))
-	first := len(reqs)
-	var p *problem
-	elements(data, func(value []byte) bool {
-		if len(reqs)-first == limiter.MaxBatch {
-			p = invalid(where, fmt.Sprintf("must have at most %d items", limiter.MaxBatch))
-			return false
-		}
-		prev := ""
-		if len(reqs) > first {
-			prev = reqs[len(reqs)-1].Name
-		}
-		var r limiter.Request
-		r, p = checkAcquisition(value, len(reqs)-first, prev)
-		reqs = append(reqs, r)
-		return p == nil
-	})
-	if p == nil && len(reqs) == first {
-		p = invalid(where, "must have at least 1 item")
-	}
+	p := checkList(data, "body.acquisitions", limiter.MaxBatch, func(r limiter.Request) { reqs = append(reqs, r) })
 	return reqs, p
 }
 
-// checkAcquisition reads the acquisition at index i of the body's list.
+// checkList reads the array at location list, of 1 to most objects that
+// checkAcquisition reads, and calls add with each of them, in order.
+func checkList(data []byte, list string, most int, add func(limiter.Request)) *problem {
+	switch data[0] {
+	case 'n':
+		return invalid(list, "must not be null")
+	case '[':
+	default:
+		return invalid(list, "must be an array")
+	}
+	var (
+		p    *problem
+		n    int
+		prev string
+	)
+	elements(data, func(value []byte) bool {
+		if n == most {
+			p = invalid(list, fmt.Sprintf("must have at most %d items", most))
+			return false
+		}
+		var r limiter.Request
+		if r, p = checkAcquisition(value, list, n, prev); p != nil {
+			return false
+		}
+		add(r)
+		n, prev = n+1, r.Name
+		return true
+	})
+	if p == nil && n == 0 {
+		p = invalid(list, "must have at least 1 item")
+	}
+	return p
+}
+
+// checkAcquisition reads the object at index i of the list at location
+// list: a BatchAcquisition or a DecideItem, which have the same members.
 // prev is the limiter of the one before it: a batch often names one
 // limiter many times, and the same name is then the same string.
-func checkAcquisition(data []byte, i int, prev string) (limiter.Request, *problem) {
-	// where is the place of the acquisition's field in the body, for a
+func checkAcquisition(data []byte, list string, i int, prev string) (limiter.Request, *problem) {
+	// where is the place of the object's field in the body, for a
 	// problem: it is only built for one.
-	where := func(field string) string { return "body.acquisitions." + strconv.Itoa(i) + field }
+	where := func(field string) string { return list + "." + strconv.Itoa(i) + field }
 	r := limiter.Request{Permits: 1}
 	switch data[0] {
 	case 'n':

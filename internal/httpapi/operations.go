@@ -22,6 +22,7 @@ type operation struct {
 	example string // a path the route matches, to check the routing
 	admin   bool   // requires the admin token when one is configured
 	body    bool   // declares a request body
+	once    bool   // declares the Idempotency-Key header
 	fast    fastKind
 	traced  bool // gets a server span (health probes don't)
 
@@ -39,6 +40,7 @@ const (
 	fastLimiter          // a limiter name in the path
 	fastTenant           // an IP address in the path
 	fastBatch            // a BatchAcquireRequest body
+	fastDecide           // a DecideRequest body, and an Idempotency-Key where declared
 )
 
 // fastOperations are the hot operations. kin-openapi nearly doubles what
@@ -51,6 +53,10 @@ var fastOperations = map[string]fastKind{
 	"acquireTenant":      fastTenant,
 	"getTenantAvailable": fastTenant,
 	"acquireBatch":       fastBatch,
+	"decide":             fastDecide,
+	"peek":               fastDecide,
+	"charge":             fastDecide,
+	"refund":             fastDecide,
 }
 
 // untraced operations get no server span: probes would drown the traces.
@@ -77,6 +83,10 @@ func operations(doc *openapi3.T, tel *telemetry, set settings) (map[string]map[s
 		describe(item.Parameters)
 		for method, o := range item.Operations() {
 			describe(o.Parameters)
+			once := false
+			for _, p := range o.Parameters {
+				once = once || p.Value.In == openapi3.ParameterInHeader && p.Value.Name == hdrIdempotencyKey
+			}
 			op := &operation{
 				id:      o.OperationID,
 				method:  method,
@@ -84,6 +94,7 @@ func operations(doc *openapi3.T, tel *telemetry, set settings) (map[string]map[s
 				example: examplePath(route),
 				admin:   o.Security != nil && len(*o.Security) > 0,
 				body:    o.RequestBody != nil,
+				once:    once,
 				traced:  !untraced[o.OperationID],
 			}
 			if !set.kinEverywhere {

@@ -30,6 +30,8 @@ const (
 	hdrPolicy     = "Ratelimit-Policy" // RateLimit-Policy
 	hdrRateLimit  = "Ratelimit"        // RateLimit
 	hdrRetryAfter = "Retry-After"
+
+	hdrIdempotencyKey = "Idempotency-Key"
 )
 
 var contentTypeJSON = []string{"application/json"}
