@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 	limiterredis "github.com/ratelimiter/ratelimiter/internal/limiter/redis"
 	"github.com/ratelimiter/ratelimiter/internal/redisconn"
+	"github.com/ratelimiter/ratelimiter/internal/rls"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 	tenantredis "github.com/ratelimiter/ratelimiter/internal/tenant/redis"
 )
@@ -63,6 +64,9 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 				return nil, fmt.Errorf("create limiter from %s: %w", cfg.ConfigFile, err)
 			}
 		}
+		if err := rls.Apply(ctx, b.limiters, cfg.Envoy); err != nil {
+			return nil, fmt.Errorf("create limiter from %s: %w", cfg.EnvoyConfigPath, err)
+		}
 		return b, nil
 	}
 
@@ -91,7 +95,7 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 	}
 
 	var (
-		store   = limiterredis.NewLazy(cfg.Limiters, cfg.Redis.Timeout)
+		store   = limiterredis.NewLazy(cfg.Declared(), cfg.Redis.Timeout)
 		tenants = tenantredis.NewLazy(cfg.Tenants.Policy, cfg.Tenants.IPv6Prefix)
 		up      atomic.Bool
 	)

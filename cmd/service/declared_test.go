@@ -161,7 +161,7 @@ func TestDeclaredKeysBeyondBudget(t *testing.T) {
   - {name: b, limit: 1, period: 1s, keyed: true, max_keys: 2}
 `)
 	var stderr bytes.Buffer
-	err := run(t.Context(), []string{"--config", path, "--listen", "127.0.0.1:0"}, func(string) string { return "" }, io.Discard, io.Discard)
+	err := run(t.Context(), []string{"--config", path, "--listen", "127.0.0.1:0", "--grpc-listen", ""}, func(string) string { return "" }, io.Discard, io.Discard)
 	if code := exitCode(err, &stderr); code != 2 {
 		t.Fatalf("got exit code %d (error %v), want 2", code, err)
 	}

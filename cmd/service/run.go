@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"google.golang.org/grpc"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/config"
 	"github.com/ratelimiter/ratelimiter/internal/httpapi"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/rls"
 	"github.com/ratelimiter/ratelimiter/internal/telemetry"
 )
 
@@ -152,16 +154,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	// The gRPC server's health follows readiness until the shutdown
+	// begins; hctx ends with it.
+	hctx, stopHealth := context.WithCancel(ctx)
+	defer stopHealth()
+	var (
+		gsrv   *grpc.Server
+		gln    net.Listener
+		gerved = make(chan error, 1)
+	)
+	if cfg.GRPCListen != "" {
+		if gln, err = new(net.ListenConfig).Listen(ctx, "tcp", cfg.GRPCListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen for gRPC: %w", err)
+		}
+		svc := rls.NewService(b.limiters, cfg.Envoy, logger)
+		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() })
+	}
 	served := make(chan error, 1)
 	ready.Store(true)
 	go func() { served <- srv.Serve(ln) }()
+	if gsrv != nil {
+		go func() { gerved <- gsrv.Serve(gln) }()
+		logger.Info("serving gRPC", "address", gln.Addr().String(), "domains", cfg.Envoy.Domains(), "rules", len(cfg.Envoy.Limiters()))
+	}
 	logger.Info("listening", "address", ln.Addr().String(), "limiters", len(cfg.Limiters))
 
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
+	case err := <-gerved:
+		return fmt.Errorf("serve gRPC: %w", err)
 	case <-ctx.Done():
 	}
+	stopHealth()
 
 	// Stop advertising readiness first, and keep serving for the delay, so
 	// that load balancers route new requests elsewhere before the listener
@@ -181,12 +207,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	var errs []error
+	// The gRPC server stops alongside the HTTP server, within the same
+	// deadline.
+	gdone := make(chan bool, 1)
+	if gsrv != nil {
+		go func() { gdone <- stopGRPC(sctx, gsrv) }()
+	} else {
+		gdone <- true
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("in-flight requests did not finish within %s: %w", cfg.ShutdownTimeout, err))
 		errs = append(errs, srv.Close())
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		errs = append(errs, fmt.Errorf("serve: %w", err))
+	}
+	if !<-gdone {
+		errs = append(errs, fmt.Errorf("in-flight gRPC calls did not finish within %s", cfg.ShutdownTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -66,16 +68,18 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	return series
 }
 
-// logs collects the service's JSON log lines and hands over the address from
-// its "listening" record, the way an operator would read it.
+// logs collects the service's JSON log lines and hands over the addresses
+// from its "listening" and "serving gRPC" records, the way an operator
+// would read them.
 type logs struct {
 	mu      sync.Mutex
 	buf     bytes.Buffer
 	records []map[string]any
 	addr    chan string
+	grpc    chan string
 }
 
-func newLogs() *logs { return &logs{addr: make(chan string, 1)} }
+func newLogs() *logs { return &logs{addr: make(chan string, 1), grpc: make(chan string, 1)} }
 
 func (l *logs) Write(p []byte) (int, error) {
 	l.mu.Lock()
@@ -93,8 +97,11 @@ func (l *logs) Write(p []byte) (int, error) {
 			return 0, err
 		}
 		l.records = append(l.records, rec)
-		if rec["msg"] == "listening" {
+		switch rec["msg"] {
+		case "listening":
 			l.addr <- rec["address"].(string)
+		case "serving gRPC":
+			l.grpc <- rec["address"].(string)
 		}
 	}
 }
@@ -117,6 +124,15 @@ func start(t *testing.T, args []string, env map[string]string) (base string, std
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
+	// gRPC on a free port, unless the test says otherwise: tests run side
+	// by side, and the default port is one.
+	env = maps.Clone(env)
+	if _, ok := env["RATELIMITER_GRPC_LISTEN"]; !ok && !slices.Contains(args, "--grpc-listen") {
+		if env == nil {
+			env = make(map[string]string)
+		}
+		env["RATELIMITER_GRPC_LISTEN"] = "127.0.0.1:0"
+	}
 	stderr = newLogs()
 	done = make(chan error, 1)
 	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, io.Discard, stderr) }()
@@ -250,6 +266,10 @@ func get(t *testing.T, url string, want int) string {
 
 func TestRunExits(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	brokenEnvoy := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(brokenEnvoy, []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -271,6 +291,8 @@ func TestRunExits(t *testing.T) {
 		{name: "missing config file", args: []string{"--config", "/nonexistent.yaml"}, wantCode: 2, wantStderr: "config file"},
 		{name: "unknown traces exporter", otel: "jaeger", wantCode: 2, wantStderr: "OTEL_TRACES_EXPORTER"},
 		{name: "address in use", args: []string{"--listen", busy.Addr().String()}, wantCode: 1, wantStderr: "listen"},
+		{name: "gRPC address in use", args: []string{"--listen", "127.0.0.1:0", "--grpc-listen", busy.Addr().String()}, wantCode: 1, wantStderr: "listen for gRPC"},
+		{name: "broken envoy configuration", args: []string{"--envoy-config", brokenEnvoy}, wantCode: 2, wantStderr: brokenEnvoy + ":4"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

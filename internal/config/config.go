@@ -50,11 +50,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/rls"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 	tenantredis "github.com/ratelimiter/ratelimiter/internal/tenant/redis"
 )
@@ -114,6 +116,15 @@ type Config struct {
 	ConfigFile string
 	// Listen is the TCP address to serve on, host:port; port 0 picks one.
 	Listen string
+	// GRPCListen is the TCP address to serve gRPC on; empty: none.
+	GRPCListen string
+	// EnvoyConfigPath is the envoyproxy/ratelimit configuration, a file or
+	// a directory, that Envoy is its rules; empty when none.
+	EnvoyConfigPath string
+	// Envoy is the configuration read from EnvoyConfigPath, nil when none.
+	// Its rules' limiters count, with Limiters, against MaxLimiters and the
+	// budget of keys.
+	Envoy *rls.Config
 	// Backend is where limiter state lives: BackendMemory or BackendRedis.
 	Backend string
 	// Redis configures the Redis backend; set whatever Backend is, used
@@ -293,16 +304,23 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			origins(origin, "tenant-limit", "tenant-algorithm", "tenant-burst"), err)
 	}
 	c.Tenants.Policy = c.Tenants.Policy.Normalize()
-	if len(c.Limiters) > c.MaxLimiters {
-		return Config{}, fmt.Errorf("config: %s declares %d limiters, more than the %d of --max-limiters (%s)",
-			c.ConfigFile, len(c.Limiters), c.MaxLimiters, origins(origin, "max-limiters"))
+	if c.EnvoyConfigPath != "" {
+		var err error
+		if c.Envoy, err = rls.Load(c.EnvoyConfigPath); err != nil {
+			return Config{}, fmt.Errorf("config: envoy configuration (%s): %w", origin["envoy-config"], err)
+		}
+	}
+	declared := c.Declared()
+	if len(declared) > c.MaxLimiters {
+		return Config{}, fmt.Errorf("config: %d limiters are declared by %s, more than the %d of --max-limiters (%s)",
+			len(declared), c.declarers(), c.MaxLimiters, origins(origin, "max-limiters"))
 	}
 	// Both backends refuse keyed limiters past the budget of keys (see
 	// limiter.KeyBudget): refuse a file that declares more now rather than
 	// when its limiters are created.
-	if keys := declaredKeys(c.Limiters); keys > limiter.KeyBudget {
-		return Config{}, fmt.Errorf("config: %s declares keyed limiters whose max_keys add up to %d (%d for each that leaves it out), more than the %d keys the keyed limiters may hold together; lower max_keys",
-			c.ConfigFile, keys, limiter.DefaultMaxKeys, limiter.KeyBudget)
+	if keys := declaredKeys(declared); keys > limiter.KeyBudget {
+		return Config{}, fmt.Errorf("config: keyed limiters declared by %s: their max_keys add up to %d (%d for each that leaves it out), more than the %d keys the keyed limiters may hold together; lower max_keys",
+			c.declarers(), keys, limiter.DefaultMaxKeys, limiter.KeyBudget)
 	}
 	// Each backend has its own worst case per requester (see the
 	// tenant-max-bytes setting); refuse a bound that holds none now rather
@@ -387,6 +405,24 @@ func readToken(path string) (string, error) {
 
 // declaredKeys is the sum of MaxKeys over the keyed limiters of defs, which
 // are normalized.
+// Declared returns the limiters the service declares: those of the config
+// file, then those of the Envoy configuration's rules.
+func (c Config) Declared() []limiter.Definition {
+	return append(slices.Clip(c.Limiters), c.Envoy.Limiters()...)
+}
+
+// declarers names the files that declare limiters, for errors.
+func (c Config) declarers() string {
+	var files []string
+	if c.ConfigFile != "" {
+		files = append(files, "the config file "+c.ConfigFile)
+	}
+	if c.EnvoyConfigPath != "" {
+		files = append(files, "the envoy configuration "+c.EnvoyConfigPath)
+	}
+	return strings.Join(files, " and ")
+}
+
 func declaredKeys(defs []limiter.Definition) int {
 	n := 0
 	for _, def := range defs {

@@ -39,6 +39,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{
 		Listen:             ":8080",
+		GRPCListen:         ":8081",
 		Backend:            BackendMemory,
 		LogLevel:           slog.LevelInfo,
 		LogFormat:          LogJSON,
@@ -124,7 +125,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		"shutdown-delay": "5s", "shutdown-timeout": "6s",
 		"tenant-limit": "10", "tenant-period": "1h", "tenant-algorithm": "sliding_log", "tenant-burst": "0",
 		"tenant-ipv6-prefix": "48", "tenant-max": "500", "tenant-max-bytes": "1MiB",
-		"admin-token-file": tokenFile, "config": "",
+		"admin-token-file": tokenFile, "config": "", "grpc-listen": "127.0.0.1:9998", "envoy-config": "",
 		"redis-addrs": "a:1, b:2", "redis-username": "rl", "redis-password-file": passwordFile,
 		"redis-tls": "true", "redis-tls-ca-file": caFile, "redis-key-prefix": "rl1:",
 		"redis-timeout": "20ms", "redis-dial-timeout": "2s", "redis-conns-per-node": "16", "redis-failure-mode": "fail-open",
@@ -137,7 +138,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		}
 	}
 	want := Config{
-		Listen: "127.0.0.1:9999", Backend: BackendRedis, AdminToken: "s3cret",
+		Listen: "127.0.0.1:9999", GRPCListen: "127.0.0.1:9998", Backend: BackendRedis, AdminToken: "s3cret",
 		Redis: Redis{
 			Addrs: []string{"a:1", "b:2"}, Username: "rl", Password: "hunter2", TLS: true, TLSCAFile: caFile,
 			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16,
@@ -383,7 +384,7 @@ func TestInvalid(t *testing.T) {
 		{name: "max limiters too many", env: map[string]string{"RATELIMITER_MAX_LIMITERS": "100000001"},
 			want: []string{"RATELIMITER_MAX_LIMITERS", "from 1 to 100000000"}},
 		{name: "max limiters below the file's", args: append(file("limiters:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, limit: 1, period: 1s}\n"), "--max-limiters=1"),
-			want: []string{"declares 2 limiters", "the 1 of --max-limiters", "set by --max-limiters"}},
+			want: []string{"2 limiters are declared", "the 1 of --max-limiters", "set by --max-limiters"}},
 		{name: "timeout not a duration", args: []string{"--read-timeout", "10"}, want: []string{"--read-timeout", "not a duration"}},
 		{name: "timeout zero", args: []string{"--write-timeout", "0s"}, want: []string{"--write-timeout", "positive"}},
 		{name: "idle timeout negative", args: []string{"--idle-timeout", "-1s"}, want: []string{"--idle-timeout", "positive"}},
@@ -458,7 +459,7 @@ func TestInvalid(t *testing.T) {
 			"  - {name: a, limit: 1, period: 1s, keyed: true, max_keys: 600000}\n" +
 			"  - {name: b, limit: 1, period: 1s, keyed: true, max_keys: 395000}\n" +
 			"  - {name: c, limit: 1, period: 1s, keyed: true}\n"),
-			want: []string{"declares keyed limiters whose max_keys add up to 1005000", "more than the 1000000 keys", "lower max_keys"}},
+			want: []string{"max_keys add up to 1005000", "more than the 1000000 keys", "lower max_keys"}},
 		{name: "duplicate limiter", args: file("limiters:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, limit: 1, period: 1s}\n  - {name: a, limit: 2, period: 1s}\n"),
 			want: []string{"limiters[2] (a)", "duplicate", "limiters[0]"}},
 	}

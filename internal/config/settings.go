@@ -55,16 +55,32 @@ var settings = []setting{
 		name: "listen", env: "RATELIMITER_LISTEN", def: ":8080", arg: "host:port", group: groupServer,
 		usage: "TCP address to serve HTTP on. An empty host listens on every interface; port 0 picks a free port.",
 		apply: func(c *Config, v string) error {
-			_, port, err := net.SplitHostPort(v)
-			if err != nil {
-				return fmt.Errorf("%q is not a host:port address such as \":8080\" or \"127.0.0.1:8080\"", v)
-			}
-			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
-				return fmt.Errorf("port %q of %q must be a number from 0 to 65535", port, v)
+			if err := checkAddress(v); err != nil {
+				return err
 			}
 			c.Listen = v
 			return nil
 		},
+	},
+	{
+		name: "grpc-listen", env: "RATELIMITER_GRPC_LISTEN", def: ":8081", arg: "host:port", group: groupServer,
+		usage: "TCP address to serve gRPC on: Envoy's rate limit service (envoy.service.ratelimit.v3), gRPC health and reflection. Empty: no gRPC.",
+		apply: func(c *Config, v string) error {
+			if v == "" {
+				c.GRPCListen = ""
+				return nil
+			}
+			if err := checkAddress(v); err != nil {
+				return err
+			}
+			c.GRPCListen = v
+			return nil
+		},
+	},
+	{
+		name: "envoy-config", env: "RATELIMITER_ENVOY_CONFIG", arg: "path", group: groupServer,
+		usage: "envoyproxy/ratelimit configuration the gRPC rate limit service decides by: a YAML file, or a directory of *.yaml files. Empty: none, so every descriptor is under no limit.",
+		apply: func(c *Config, v string) error { c.EnvoyConfigPath = v; return nil },
 	},
 	{
 		name: "backend", env: "RATELIMITER_BACKEND", def: BackendMemory, arg: "name", group: groupServer,
@@ -394,6 +410,18 @@ func algorithm(v string) (limiter.Algorithm, error) {
 func checkToken(v string) error {
 	if strings.IndexFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
 		return fmt.Errorf("the admin token must not contain spaces or control characters")
+	}
+	return nil
+}
+
+// checkAddress tells what is wrong with a host:port address to listen on.
+func checkAddress(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return fmt.Errorf("%q is not a host:port address such as \":8080\" or \"127.0.0.1:8080\"", v)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
+		return fmt.Errorf("port %q of %q must be a number from 0 to 65535", port, v)
 	}
 	return nil
 }

@@ -421,8 +421,12 @@ func (c *Config) checkKeys() error {
 	return nil
 }
 
-// Domains returns the names of the configuration's domains, sorted.
+// Domains returns the names of the configuration's domains, sorted; none
+// for a nil Config.
 func (c *Config) Domains() []string {
+	if c == nil {
+		return nil
+	}
 	out := make([]string, 0, len(c.domains))
 	for d := range c.domains {
 		out = append(out, d)
@@ -431,8 +435,12 @@ func (c *Config) Domains() []string {
 	return out
 }
 
-// Limiters returns the definitions of the rules' limiters, in rule order.
+// Limiters returns the definitions of the rules' limiters, in rule order;
+// none for a nil Config.
 func (c *Config) Limiters() []limiter.Definition {
+	if c == nil {
+		return nil
+	}
 	var out []limiter.Definition
 	for _, r := range c.Rules {
 		if r.Limiter.Name != "" {

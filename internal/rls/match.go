@@ -21,8 +21,11 @@ type Entry struct {
 // has one. It returns nil when no rule applies (an unknown domain, a
 // descriptor that leaves the tree, a level without a rate_limit) and
 // otherwise the rule and the key its limiter counts the descriptor under
-// (see Key).
+// (see Key). A nil Config has no rule.
 func (c *Config) Match(domain string, entries []Entry) (*Rule, string) {
+	if c == nil {
+		return nil, ""
+	}
 	level := c.domains[domain]
 	if level == nil || len(entries) == 0 {
 		return nil, ""

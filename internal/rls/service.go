@@ -59,20 +59,21 @@ func (s *Service) SetConfig(cfg *Config) { s.config.Store(cfg) }
 // Config returns the configuration in force.
 func (s *Service) Config() *Config { return s.config.Load() }
 
-// Apply puts the limiter of every rule of cfg: created when missing,
-// replaced when its policy changed (it then starts full), left as it is,
-// state and all, otherwise.
+// Apply puts the limiter of every rule of cfg, which may be nil: created
+// when missing, replaced when its policy changed (it then starts full),
+// left as it is, state and all, otherwise.
 func Apply(ctx context.Context, limiters Limiters, cfg *Config) error {
 	for _, def := range cfg.Limiters() {
 		if _, err := limiters.Put(ctx, def); err != nil {
-			return fmt.Errorf("limiter %s of rule %s: %w", def.Name, ruleOf(cfg, def.Name), err)
+			return fmt.Errorf("limiter %s of rule %s: %w", def.Name, cfg.ruleOf(def.Name), err)
 		}
 	}
 	return nil
 }
 
-func ruleOf(cfg *Config, name string) string {
-	for _, r := range cfg.Rules {
+// ruleOf returns the path of the rule whose limiter is name.
+func (c *Config) ruleOf(name string) string {
+	for _, r := range c.Rules {
 		if r.Limiter.Name == name {
 			return r.Path
 		}
@@ -163,10 +164,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		overLimit = overLimit || over == len(quota)
 	}
-	// Shadow rules: decided and reported, never denying.
+	// Shadow rules: decided and reported, but always OK, as
+	// envoyproxy/ratelimit answers them.
 	if len(shadow) > 0 {
 		if _, err := s.decide(ctx, shadow, limiter.Take); err != nil {
 			return nil, err
+		}
+		for _, p := range shadow {
+			p.status.Code = rlsv3.RateLimitResponse_OK
 		}
 	}
 	if len(peek) > 0 {

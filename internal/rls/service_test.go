@@ -1,0 +1,326 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/rueidis"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
+	limiterredis "github.com/ratelimiter/ratelimiter/internal/limiter/redis"
+	"github.com/ratelimiter/ratelimiter/internal/redistest"
+)
+
+// testConfig is the configuration of the service tests.
+const testConfig = `domain: web
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: route
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: plan
+    value: free
+    rate_limit: {unit: day, requests_per_unit: 2, name: free}
+  - key: plan
+    value: trial
+    rate_limit: {unit: day, requests_per_unit: 10, replaces: [{name: free}]}
+  - key: banned
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: internal
+    rate_limit: {unlimited: true}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: log
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_log}
+`
+
+// backends runs f against the service on each backend: the memory store,
+// and a Redis store on a real server.
+func backends(t *testing.T, f func(t *testing.T, l *limiter.Service)) {
+	t.Run("memory", func(t *testing.T) { f(t, limiter.NewService(memory.New(nil, 0))) })
+	t.Run("redis", func(t *testing.T) {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Standalone(t)}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		st, err := limiterredis.New(c, fmt.Sprintf("rls%d:", time.Now().UnixNano()), 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, limiter.NewService(st))
+	})
+}
+
+// serve starts the service of cfg on the limiters, on a loopback port, and
+// returns a client of it through a real gRPC connection.
+func serve(t *testing.T, l Limiters, cfg *Config) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	if err := Apply(t.Context(), l, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(srv, NewService(l, cfg, slog.New(slog.DiscardHandler)))
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+func mustParse(t *testing.T, yaml string) *Config {
+	t.Helper()
+	cfg, err := Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// desc is a descriptor of key=value pairs.
+func desc(kv ...string) *commonv3.RateLimitDescriptor {
+	d := &commonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// hits sets a descriptor's own hits_addend.
+func hits(d *commonv3.RateLimitDescriptor, n uint64) *commonv3.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+func ask(t *testing.T, c rlsv3.RateLimitServiceClient, ds ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: ds})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	if len(resp.Statuses) != len(ds) {
+		t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(ds))
+	}
+	return resp
+}
+
+const (
+	ok   = rlsv3.RateLimitResponse_OK
+	over = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+func codesOf(r *rlsv3.RateLimitResponse) []rlsv3.RateLimitResponse_Code {
+	out := []rlsv3.RateLimitResponse_Code{r.OverallCode}
+	for _, s := range r.Statuses {
+		out = append(out, s.Code)
+	}
+	return out
+}
+
+func wantCodes(t *testing.T, what string, r *rlsv3.RateLimitResponse, want ...rlsv3.RateLimitResponse_Code) {
+	t.Helper()
+	got := codesOf(r)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: codes (overall, then each descriptor) %v, want %v", what, got, want)
+	}
+}
+
+// A descriptor is limited per value; its status states the limit, what is
+// left and when it is full again, or when the request would fit.
+func TestShouldRateLimit(t *testing.T) {
+	backends(t, func(t *testing.T, l *limiter.Service) {
+		c := serve(t, l, mustParse(t, testConfig))
+		for i := range 3 {
+			r := ask(t, c, desc("user", "alice"))
+			wantCodes(t, "alice", r, ok, ok)
+			st := r.Statuses[0]
+			if st.LimitRemaining != uint32(2-i) || st.CurrentLimit.GetRequestsPerUnit() != 3 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
+				t.Errorf("alice %d: status %v", i, st)
+			}
+			if d := st.DurationUntilReset.AsDuration(); d <= 0 || d > time.Hour {
+				t.Errorf("alice %d: duration until reset %s", i, d)
+			}
+		}
+		r := ask(t, c, desc("user", "alice"))
+		wantCodes(t, "alice, a 4th time", r, over, over)
+		// GCRA: one permit every 20 minutes; the next fits in at most that.
+		if d := r.Statuses[0].DurationUntilReset.AsDuration(); d <= 19*time.Minute || d > 20*time.Minute {
+			t.Errorf("over the limit: duration until reset %s, want the wait until one fits (~20m)", d)
+		}
+		wantCodes(t, "bob", ask(t, c, desc("user", "bob")), ok, ok)
+	})
+}
+
+// The descriptors of a request are decided all or nothing: when one is
+// over its limit, none is charged.
+func TestAllOrNothing(t *testing.T) {
+	backends(t, func(t *testing.T, l *limiter.Service) {
+		c := serve(t, l, mustParse(t, testConfig))
+		for range 3 {
+			wantCodes(t, "user and route", ask(t, c, desc("user", "carol"), desc("route", "/search")), ok, ok, ok)
+		}
+		// carol is out; the route, with 2 left, is not charged.
+		for range 3 {
+			wantCodes(t, "carol over", ask(t, c, desc("user", "carol"), desc("route", "/search")), over, over, ok)
+		}
+		r := ask(t, c, hits(desc("route", "/search"), 0))
+		if got := r.Statuses[0].LimitRemaining; got != 2 {
+			t.Errorf("route after three denied requests: %d left, want 2", got)
+		}
+		// A limit of 0 denies, and charges nothing else either.
+		wantCodes(t, "banned", ask(t, c, desc("route", "/search"), desc("banned", "x")), over, ok, over)
+		if got := ask(t, c, hits(desc("route", "/search"), 0)).Statuses[0].LimitRemaining; got != 2 {
+			t.Errorf("route after a banned request: %d left, want 2", got)
+		}
+	})
+}
+
+// hits_addend: the request's applies to each descriptor (at least 1), a
+// descriptor's own overrides it, 0 only checks; is_negative_hits refunds.
+func TestHitsAddend(t *testing.T) {
+	backends(t, func(t *testing.T, l *limiter.Service) {
+		c := serve(t, l, mustParse(t, testConfig))
+		r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", HitsAddend: 4, Descriptors: []*commonv3.RateLimitDescriptor{desc("route", "/a")}})
+		if err != nil || r.OverallCode != ok || r.Statuses[0].LimitRemaining != 1 {
+			t.Fatalf("4 hits of 5: %v %v", r, err)
+		}
+		wantCodes(t, "2 more", ask(t, c, hits(desc("route", "/a"), 2)), over, over)
+		if got := ask(t, c, hits(desc("route", "/a"), 0)).Statuses[0].LimitRemaining; got != 1 {
+			t.Errorf("after a denied 2: %d left, want 1", got)
+		}
+		refund := hits(desc("route", "/a"), 3)
+		refund.IsNegativeHits = true
+		wantCodes(t, "refund 3", ask(t, c, refund), ok, ok)
+		if got := ask(t, c, hits(desc("route", "/a"), 0)).Statuses[0].LimitRemaining; got != 4 {
+			t.Errorf("after refunding 3: %d left, want 4", got)
+		}
+		wantCodes(t, "more hits than the limit", ask(t, c, hits(desc("route", "/b"), 6)), over, over)
+		wantCodes(t, "more hits than any limit", ask(t, c, hits(desc("route", "/b"), math.MaxUint64)), over, over)
+		if got := ask(t, c, hits(desc("route", "/b"), 0)).Statuses[0].LimitRemaining; got != 5 {
+			t.Errorf("after denied hits: %d left, want 5", got)
+		}
+	})
+}
+
+// Rules as envoyproxy/ratelimit applies them: unknown descriptors and
+// unlimited rules are under no limit, a rule replaces another by name,
+// shadow-mode rules never deny, and the sliding log decides its rule.
+func TestRules(t *testing.T) {
+	backends(t, func(t *testing.T, l *limiter.Service) {
+		c := serve(t, l, mustParse(t, testConfig))
+		r := ask(t, c, desc("unknown", "x"))
+		wantCodes(t, "unknown descriptor", r, ok, ok)
+		if r.Statuses[0].CurrentLimit != nil {
+			t.Errorf("unknown descriptor: limit %v, want none", r.Statuses[0].CurrentLimit)
+		}
+		r = ask(t, c, desc("internal", "x"))
+		if wantCodes(t, "unlimited", r, ok, ok); r.Statuses[0].LimitRemaining != math.MaxUint32 {
+			t.Errorf("unlimited: %d left", r.Statuses[0].LimitRemaining)
+		}
+		unknown, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "elsewhere", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "alice")}})
+		if err != nil || unknown.OverallCode != ok {
+			t.Errorf("unknown domain: %v %v", unknown, err)
+		}
+		// free allows 2 a day alone; with trial, which replaces it, 10.
+		for range 2 {
+			wantCodes(t, "free", ask(t, c, desc("plan", "free")), ok, ok)
+		}
+		wantCodes(t, "free, 3rd", ask(t, c, desc("plan", "free")), over, over)
+		wantCodes(t, "free replaced by trial", ask(t, c, desc("plan", "free"), desc("plan", "trial")), ok, ok, ok)
+		for range 3 {
+			wantCodes(t, "shadow", ask(t, c, desc("shadow", "x")), ok, ok)
+		}
+		for i := range 3 {
+			want := ok
+			if i == 2 {
+				want = over
+			}
+			wantCodes(t, "sliding log", ask(t, c, desc("log", "x")), want, want)
+		}
+	})
+}
+
+// Bad requests are refused with INVALID_ARGUMENT and charge nothing.
+func TestInvalidRequests(t *testing.T) {
+	backends(t, func(t *testing.T, l *limiter.Service) {
+		c := serve(t, l, mustParse(t, testConfig))
+		many := make([]*commonv3.RateLimitDescriptor, MaxDescriptors+1)
+		for i := range many {
+			many[i] = desc("user", "dave")
+		}
+		deep := desc()
+		for range MaxEntries + 1 {
+			deep.Entries = append(deep.Entries, &commonv3.RateLimitDescriptor_Entry{Key: "user", Value: "dave"})
+		}
+		long := desc("user", string(make([]byte, MaxEntryBytes+1)))
+		for name, req := range map[string]*rlsv3.RateLimitRequest{
+			"no domain":            {Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "dave")}},
+			"no descriptor":        {Domain: "web"},
+			"too many descriptors": {Domain: "web", Descriptors: many},
+			"an empty descriptor":  {Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "dave"), desc()}},
+			"too many entries":     {Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "dave"), deep}},
+			"a long value":         {Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "dave"), long}},
+		} {
+			_, err := c.ShouldRateLimit(t.Context(), req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)
+			}
+		}
+		if got := ask(t, c, hits(desc("user", "dave"), 0)).Statuses[0].LimitRemaining; got != 3 {
+			t.Errorf("after refused requests: %d left, want 3", got)
+		}
+	})
+}
+
+// Without its backend the service answers UNAVAILABLE when it fails
+// closed (Envoy's failure_mode_deny then denies), and OK when it fails
+// open; never UNKNOWN, which Envoy lets through.
+func TestBackendUnavailable(t *testing.T) {
+	cfg := mustParse(t, testConfig)
+	for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
+		// A Redis store that never connects: every call fails as in an
+		// outage.
+		l := limiter.NewServiceWith(limiterredis.NewLazy(cfg.Limiters(), 0), limiter.ServiceOptions{FailureMode: mode})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		rlsv3.RegisterRateLimitServiceServer(srv, NewService(l, cfg, slog.New(slog.DiscardHandler)))
+		go srv.Serve(ln)
+		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "erin")}})
+		switch {
+		case mode == limiter.FailClosed && status.Code(err) != codes.Unavailable:
+			t.Errorf("fail-closed: %v %v, want UNAVAILABLE", r, err)
+		case mode == limiter.FailOpen && (err != nil || r.OverallCode != ok):
+			t.Errorf("fail-open: %v %v, want OK", r, err)
+		}
+		conn.Close()
+		srv.Stop()
+	}
+}
