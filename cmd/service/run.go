@@ -163,6 +163,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		gln    net.Listener
 		gerved = make(chan error, 1)
 	)
+	ready.Store(true)
 	if cfg.GRPCListen != "" {
 		if gln, err = new(net.ListenConfig).Listen(ctx, "tcp", cfg.GRPCListen); err != nil {
 			ln.Close()
@@ -172,7 +173,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() })
 	}
 	served := make(chan error, 1)
-	ready.Store(true)
 	go func() { served <- srv.Serve(ln) }()
 	if gsrv != nil {
 		go func() { gerved <- gsrv.Serve(gln) }()

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/ratelimiter/ratelimiter/internal/redistest"
+)
+
+// envoyConfig writes an envoyproxy/ratelimit configuration file.
+func envoyConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// dial returns a gRPC connection to the service whose logs are l.
+func dial(t *testing.T, l *logs) *grpc.ClientConn {
+	t.Helper()
+	var addr string
+	select {
+	case addr = <-l.grpc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the service did not log a gRPC address")
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// The service answers Envoy's rate limit protocol, gRPC health and
+// reflection on its gRPC port, by the rules of --envoy-config; its health
+// turns NOT_SERVING when the shutdown begins.
+func TestGRPC(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	cfg := envoyConfig(t, "domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")
+	_, stderr, done, cancel := start(t, []string{"--listen", "127.0.0.1:0", "--envoy-config", cfg}, map[string]string{"RATELIMITER_SHUTDOWN_DELAY": "1s"})
+	conn := dial(t, stderr)
+
+	rl := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+	}}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := rl.ShouldRateLimit(t.Context(), req)
+		if err != nil || resp.OverallCode != want {
+			t.Fatalf("request %d: %v %v, want %v", i, resp, err, want)
+		}
+	}
+
+	health := healthpb.NewHealthClient(conn)
+	for _, service := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		resp, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: service})
+		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health of %q: %v %v, want SERVING", service, resp, err)
+		}
+	}
+
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services []string
+	for _, s := range listed.GetListServicesResponse().GetService() {
+		services = append(services, s.Name)
+	}
+	if !slices.Contains(services, "envoy.service.ratelimit.v3.RateLimitService") || !slices.Contains(services, "grpc.health.v1.Health") {
+		t.Errorf("reflection lists %v", services)
+	}
+	stream.CloseSend()
+
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		if err == nil && resp.Status == healthpb.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health during the shutdown delay: %v %v, want NOT_SERVING", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitRun(t, done)
+}
+
+// On Redis the rules' limiters are created once Redis answers, and
+// replicas decide together.
+func TestGRPCOnRedis(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	addr := redistest.Standalone(t)
+	cfg := envoyConfig(t, "domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n")
+	env := map[string]string{"RATELIMITER_BACKEND": "redis", "RATELIMITER_REDIS_ADDRS": addr, "RATELIMITER_REDIS_TIMEOUT": "2s", "RATELIMITER_ENVOY_CONFIG": cfg}
+	var clients []rlsv3.RateLimitServiceClient
+	for range 2 {
+		_, stderr, _, _ := start(t, []string{"--listen", "127.0.0.1:0"}, env)
+		clients = append(clients, rlsv3.NewRateLimitServiceClient(dial(t, stderr)))
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "bob"}}},
+	}}
+	var codes []rlsv3.RateLimitResponse_Code
+	deadline := time.Now().Add(30 * time.Second)
+	for len(codes) < 5 {
+		resp, err := clients[len(codes)%2].ShouldRateLimit(t.Context(), req)
+		if err != nil {
+			// UNAVAILABLE until the replica reaches Redis.
+			if time.Now().After(deadline) {
+				t.Fatalf("ShouldRateLimit: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		codes = append(codes, resp.OverallCode)
+	}
+	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	if want := []rlsv3.RateLimitResponse_Code{ok, ok, ok, over, over}; !slices.Equal(codes, want) {
+		t.Errorf("two replicas: %v, want %v", codes, want)
+	}
+}
