@@ -35,6 +35,11 @@ type backend struct {
 	up func() bool
 	// close releases the backend once the server has stopped.
 	close func()
+	// redeclare makes defs the limiters the service declares, as a reload
+	// of its configuration declares them: on Redis, the ones it keeps
+	// there (see limiterredis.Lazy); nothing on memory, where nothing is
+	// lost behind the service's back.
+	redeclare func(defs []limiter.Definition)
 }
 
 // declaredInterval is how often the Redis backend checks that the limiters
@@ -52,12 +57,13 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 			return nil, &configError{fmt.Errorf("per-IP policy: %w", err)}
 		}
 		b := &backend{
-			limiters: limiter.NewService(memory.New(nil, cfg.MaxLimiters)),
-			tenants:  tenant.NewService(registry, limiter.ServiceOptions{}),
-			registry: registry,
-			healthy:  func() bool { return true },
-			up:       func() bool { return true },
-			close:    func() {},
+			limiters:  limiter.NewService(memory.New(nil, cfg.MaxLimiters)),
+			tenants:   tenant.NewService(registry, limiter.ServiceOptions{}),
+			registry:  registry,
+			healthy:   func() bool { return true },
+			up:        func() bool { return true },
+			close:     func() {},
+			redeclare: func([]limiter.Definition) {},
 		}
 		for _, def := range cfg.Limiters {
 			if _, err := b.limiters.Put(ctx, def); err != nil {
@@ -105,10 +111,11 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	b := &backend{
-		limiters: limiter.NewServiceWith(store, svcOpts),
-		tenants:  tenant.NewService(tenants, svcOpts),
-		healthy:  func() bool { return mode == limiter.FailOpen || up.Load() },
-		up:       up.Load,
+		limiters:  limiter.NewServiceWith(store, svcOpts),
+		tenants:   tenant.NewService(tenants, svcOpts),
+		healthy:   func() bool { return mode == limiter.FailOpen || up.Load() },
+		up:        up.Load,
+		redeclare: store.Redeclare,
 		close: func() {
 			cancel()
 			<-done

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimiter/ratelimiter/internal/redistest"
 )
@@ -139,5 +143,85 @@ func TestGRPCOnRedis(t *testing.T) {
 	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 	if want := []rlsv3.RateLimitResponse_Code{ok, ok, ok, over, over}; !slices.Equal(codes, want) {
 		t.Errorf("two replicas: %v, want %v", codes, want)
+	}
+}
+
+// The Envoy configuration is reloaded when its file changes and on
+// SIGHUP; a broken file is logged with its line and leaves the previous
+// configuration in force.
+func TestGRPCReload(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "envoy.yaml")
+	write := func(yaml string) {
+		t.Helper()
+		// Written aside and renamed, as a ConfigMap volume swaps its files.
+		tmp := filepath.Join(dir, "next")
+		if err := os.WriteFile(tmp, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rule := func(limit int) string {
+		return fmt.Sprintf("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", limit)
+	}
+	write(rule(2))
+	_, stderr, _, _ := start(t, []string{"--listen", "127.0.0.1:0", "--envoy-config", dir}, nil)
+	rl := rlsv3.NewRateLimitServiceClient(dial(t, stderr))
+	limitOf := func() uint32 {
+		t.Helper()
+		resp, err := rl.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
+			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "carol"}}, HitsAddend: wrapperspb.UInt64(0)},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	waitLimit := func(want uint32) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for limitOf() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("limit %d, want %d after a reload", limitOf(), want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if got := limitOf(); got != 2 {
+		t.Fatalf("limit %d, want 2", got)
+	}
+	write(rule(5))
+	waitLimit(5)
+
+	write("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.ContainsFunc(stderr.snapshot(), func(rec map[string]any) bool {
+		return rec["msg"] == "envoy configuration not reloaded; the previous one stays in force" && strings.Contains(fmt.Sprint(rec["error"]), path+":4")
+	}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no error naming %s:4 logged; messages: %v", path, stderr.messages())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := limitOf(); got != 5 {
+		t.Errorf("after a broken file: limit %d, want 5 still", got)
+	}
+
+	// SIGHUP reloads at once, even a file whose fingerprint did not
+	// change.
+	write(rule(7))
+	waitLimit(7)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for !slices.ContainsFunc(stderr.snapshot(), func(rec map[string]any) bool { return rec["reason"] == "SIGHUP" }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGHUP: no reload logged; messages: %v", stderr.messages())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

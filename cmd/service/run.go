@@ -10,8 +10,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/config"
@@ -171,6 +174,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		svc := rls.NewService(b.limiters, cfg.Envoy, logger)
 		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() })
+		if cfg.EnvoyConfigPath != "" {
+			// Reloaded when its files change, and on SIGHUP.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			r := &reloader{cfg: cfg, b: b, svc: svc, logger: logger}
+			go r.run(hctx, hup)
+		}
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

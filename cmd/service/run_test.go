@@ -106,6 +106,13 @@ func (l *logs) Write(p []byte) (int, error) {
 	}
 }
 
+// snapshot returns the records logged so far.
+func (l *logs) snapshot() []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.records)
+}
+
 // messages returns the msg of every record logged so far.
 func (l *logs) messages() []string {
 	l.mu.Lock()

@@ -310,17 +310,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("config: envoy configuration (%s): %w", origin["envoy-config"], err)
 		}
 	}
-	declared := c.Declared()
-	if len(declared) > c.MaxLimiters {
-		return Config{}, fmt.Errorf("config: %d limiters are declared by %s, more than the %d of --max-limiters (%s)",
-			len(declared), c.declarers(), c.MaxLimiters, origins(origin, "max-limiters"))
-	}
-	// Both backends refuse keyed limiters past the budget of keys (see
-	// limiter.KeyBudget): refuse a file that declares more now rather than
-	// when its limiters are created.
-	if keys := declaredKeys(declared); keys > limiter.KeyBudget {
-		return Config{}, fmt.Errorf("config: keyed limiters declared by %s: their max_keys add up to %d (%d for each that leaves it out), more than the %d keys the keyed limiters may hold together; lower max_keys",
-			c.declarers(), keys, limiter.DefaultMaxKeys, limiter.KeyBudget)
+	if err := c.checkDeclared(origin); err != nil {
+		return Config{}, err
 	}
 	// Each backend has its own worst case per requester (see the
 	// tenant-max-bytes setting); refuse a bound that holds none now rather
@@ -405,6 +396,35 @@ func readToken(path string) (string, error) {
 
 // declaredKeys is the sum of MaxKeys over the keyed limiters of defs, which
 // are normalized.
+// checkDeclared refuses declared limiters past --max-limiters or past the
+// budget of keys; origin tells where settings came from.
+func (c Config) checkDeclared(origin map[string]string) error {
+	declared := c.Declared()
+	if len(declared) > c.MaxLimiters {
+		return fmt.Errorf("config: %d limiters are declared by %s, more than the %d of --max-limiters (%s)",
+			len(declared), c.declarers(), c.MaxLimiters, origins(origin, "max-limiters"))
+	}
+	// Both backends refuse keyed limiters past the budget of keys (see
+	// limiter.KeyBudget): refuse a file that declares more now rather than
+	// when its limiters are created.
+	if keys := declaredKeys(declared); keys > limiter.KeyBudget {
+		return fmt.Errorf("config: keyed limiters declared by %s: their max_keys add up to %d (%d for each that leaves it out), more than the %d keys the keyed limiters may hold together; lower max_keys",
+			c.declarers(), keys, limiter.DefaultMaxKeys, limiter.KeyBudget)
+	}
+	return nil
+}
+
+// WithEnvoy returns c with the Envoy configuration envoy in place of its
+// own, as a reload reads it, or an error when the limiters declared then
+// would break a bound.
+func (c Config) WithEnvoy(envoy *rls.Config) (Config, error) {
+	c.Envoy = envoy
+	if err := c.checkDeclared(map[string]string{"max-limiters": "--max-limiters"}); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
 // Declared returns the limiters the service declares: those of the config
 // file, then those of the Envoy configuration's rules.
 func (c Config) Declared() []limiter.Definition {

@@ -253,7 +253,7 @@ func (s *Store) reserve(ctx context.Context, defs []limiter.Definition, errs []e
 // (or in a group when declared in none, or the reverse), which Put refuses
 // to move (limiter.ErrGroupConflict) and leaves as it is.
 func (l *Lazy) Declare(ctx context.Context, logger *slog.Logger) {
-	for _, def := range l.declared {
+	for _, def := range l.declared.Load().list {
 		for {
 			pctx, cancel := l.bound(ctx)
 			_, err := l.Put(pctx, def)
@@ -282,11 +282,8 @@ func (l *Lazy) Declare(ctx context.Context, logger *slog.Logger) {
 // group meanwhile, or no room under the maximum) is logged as Declare logs
 // it, once for as long as the checks keep failing on it. A check Redis
 // cannot answer is left to the next: the health watch reports outages.
-// With no declared limiters Keep returns at once.
+// With no declared limiters a check does nothing: a reload may declare some.
 func (l *Lazy) Keep(ctx context.Context, interval time.Duration, logger *slog.Logger) {
-	if len(l.declared) == 0 {
-		return
-	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	refused := make(map[string]bool) // logged as not created, by name
@@ -296,18 +293,19 @@ func (l *Lazy) Keep(ctx context.Context, interval time.Duration, logger *slog.Lo
 			return
 		case <-ticker.C:
 		}
+		declared := l.declared.Load().list
 		st, err := l.get()
-		if err != nil {
+		if err != nil || len(declared) == 0 {
 			continue
 		}
 		cctx, cancel := l.bound(ctx)
-		created, errs := st.create(cctx, l.declared)
+		created, errs := st.create(cctx, declared)
 		cancel()
 		if len(created) > 0 {
 			logger.Warn("declared limiters were missing from Redis and are created again", "names", created)
 		}
 		for i, err := range errs {
-			name := l.declared[i].Name
+			name := declared[i].Name
 			switch {
 			case err == nil:
 				delete(refused, name)
@@ -327,7 +325,7 @@ func (l *Lazy) restore(ctx context.Context, st *Store, name string, err error) b
 	if !errors.Is(err, limiter.ErrNotFound) {
 		return false
 	}
-	def, ok := l.byName[name]
+	def, ok := l.declared.Load().byName[name]
 	if !ok {
 		return false
 	}
@@ -342,9 +340,10 @@ func (l *Lazy) restore(ctx context.Context, st *Store, name string, err error) b
 // missing ones now would decide them after later requests on the same
 // limiter, against the batch's order.
 func (l *Lazy) restoreBatch(ctx context.Context, st *Store, reqs []limiter.Request, out []limiter.Result) {
+	byName := l.declared.Load().byName
 	missing := make(map[string]bool) // declared limiters found missing by every request on them
 	for i, r := range reqs {
-		_, declared := l.byName[r.Name]
+		_, declared := byName[r.Name]
 		if !declared {
 			continue
 		}
@@ -356,7 +355,7 @@ func (l *Lazy) restoreBatch(ctx context.Context, st *Store, reqs []limiter.Reque
 	var defs []limiter.Definition
 	for name, gone := range missing {
 		if gone {
-			defs = append(defs, l.byName[name])
+			defs = append(defs, byName[name])
 		}
 	}
 	if len(defs) == 0 {

@@ -35,9 +35,14 @@ var ErrNotConnected = fmt.Errorf("%w: not connected to Redis yet", limiter.ErrUn
 // declared limiter is removed by removing it from the configuration.
 type Lazy struct {
 	p        atomic.Pointer[Store]
-	declared []limiter.Definition
-	byName   map[string]limiter.Definition // declared, by name
+	declared atomic.Pointer[declaration]
 	timeout  time.Duration
+}
+
+// declaration is the set of declared limiters, replaced as a whole.
+type declaration struct {
+	list   []limiter.Definition
+	byName map[string]limiter.Definition
 }
 
 // NewLazy returns a Lazy store, unset, for a service whose configuration
@@ -45,11 +50,20 @@ type Lazy struct {
 // given). Each call Declare and Keep make to Redis waits at most timeout,
 // or without bound when timeout <= 0.
 func NewLazy(declared []limiter.Definition, timeout time.Duration) *Lazy {
+	l := &Lazy{timeout: timeout}
+	l.Redeclare(declared)
+	return l
+}
+
+// Redeclare makes declared the declared limiters from now on, for a
+// configuration reloaded while the service runs: the calls, checks and
+// Declare that follow create these. It puts none of them itself.
+func (l *Lazy) Redeclare(declared []limiter.Definition) {
 	byName := make(map[string]limiter.Definition, len(declared))
 	for _, def := range declared {
 		byName[def.Name] = def
 	}
-	return &Lazy{declared: declared, byName: byName, timeout: timeout}
+	l.declared.Store(&declaration{list: declared, byName: byName})
 }
 
 // bound applies l's timeout to a call it makes of its own accord.
@@ -172,7 +186,7 @@ func (l *Lazy) AcquireBatch(ctx context.Context, reqs []limiter.Request, out []l
 		return
 	}
 	st.AcquireBatch(ctx, reqs, out)
-	if len(l.byName) == 0 {
+	if len(l.declared.Load().byName) == 0 {
 		return
 	}
 	for i := range out {
