@@ -88,8 +88,10 @@ type Rule struct {
 	// replaces in a request that matches both.
 	Name     string
 	Replaces []string
-	// Unit and RequestsPerUnit are the limit, as configured.
+	// Unit and RequestsPerUnit are the limit, as configured; a limit that
+	// a request sets may also have a Multiplier of its unit (0 or 1: one).
 	Unit            Unit
+	Multiplier      uint32
 	RequestsPerUnit uint32
 	// Unlimited rules limit nothing; a limit of 0 denies every hit; the
 	// others are decided by Limiter.
@@ -104,6 +106,11 @@ type Rule struct {
 	// Limiter is the keyed limiter that decides the rule; its Name is
 	// empty for an unlimited rule or a limit of 0.
 	Limiter limiter.Definition
+}
+
+// period is the length of the rule's period: Multiplier units.
+func (r *Rule) period() time.Duration {
+	return time.Duration(max(1, r.Multiplier)) * r.Unit.Period()
 }
 
 // Config is a loaded configuration: its domains and their rules. It is
@@ -419,6 +426,15 @@ func (c *Config) checkKeys() error {
 		return fmt.Errorf("the rules' limiters would hold up to %d keys together (max_keys: %d for a rule that counts per value and sets none, 1 for one whose values are all fixed), more than the %d keys the keyed limiters may hold; lower max_keys", total, DefaultMaxKeys, limiter.KeyBudget)
 	}
 	return nil
+}
+
+// known reports whether domain is one of the configuration's.
+func (c *Config) known(domain string) bool {
+	if c == nil {
+		return false
+	}
+	_, ok := c.domains[domain]
+	return ok
 }
 
 // Domains returns the names of the configuration's domains, sorted; none

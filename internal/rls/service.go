@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
@@ -35,6 +38,15 @@ type Limiters interface {
 	Put(ctx context.Context, def limiter.Definition) (bool, error)
 }
 
+// MaxOverrides is the most distinct limits that requests may set on their
+// descriptors (RateLimitDescriptor.limit) over the service's life; each is
+// a limiter of OverrideMaxKeys keys. A request with one more is refused
+// with RESOURCE_EXHAUSTED.
+const (
+	MaxOverrides    = 100
+	OverrideMaxKeys = 1000
+)
+
 // Service implements RateLimitService on the limiters, with the rules of a
 // Config that can be replaced at any time.
 type Service struct {
@@ -43,11 +55,14 @@ type Service struct {
 	limiters Limiters
 	config   atomic.Pointer[Config]
 	logger   *slog.Logger
+
+	mu        sync.Mutex
+	overrides map[string]*Rule // by limiter name, once its limiter was put
 }
 
 // NewService returns the service of the limiters, deciding by cfg.
 func NewService(limiters Limiters, cfg *Config, logger *slog.Logger) *Service {
-	s := &Service{limiters: limiters, logger: logger}
+	s := &Service{limiters: limiters, logger: logger, overrides: make(map[string]*Rule)}
 	s.config.Store(cfg)
 	return s
 }
@@ -94,7 +109,7 @@ type part struct {
 // ShouldRateLimit decides a request's descriptors: those of ordinary rules
 // all or nothing, in one joint decision (see the package doc).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	parts, err := s.resolve(req)
+	parts, err := s.resolve(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +214,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 // resolve checks a request and finds the rule and key of each descriptor.
-func (s *Service) resolve(req *rlsv3.RateLimitRequest) ([]*part, error) {
+func (s *Service) resolve(ctx context.Context, req *rlsv3.RateLimitRequest) ([]*part, error) {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
 		return nil, status.Error(codes.InvalidArgument, "the domain is empty")
@@ -230,10 +245,20 @@ func (s *Service) resolve(req *rlsv3.RateLimitRequest) ([]*part, error) {
 		if h := d.GetHitsAddend(); h != nil {
 			p.hits = int64(min(h.GetValue(), math.MaxInt64))
 		}
-		if d.GetLimit() != nil {
-			return nil, status.Errorf(codes.Unimplemented, "descriptor %d: a limit override is not supported yet", i)
+		if o := d.GetLimit(); o != nil {
+			// A limit set by the request applies in place of the
+			// configuration's, in a known domain only, as
+			// envoyproxy/ratelimit applies it.
+			if cfg.known(req.Domain) {
+				r, err := s.override(ctx, req.Domain, o)
+				if err != nil {
+					return nil, status.Errorf(status.Code(err), "descriptor %d: %s", i, status.Convert(err).Message())
+				}
+				p.rule, p.key = r, Key(entries, values(entries))
+			}
+		} else {
+			p.rule, p.key = cfg.Match(req.Domain, entries)
 		}
-		p.rule, p.key = cfg.Match(req.Domain, entries)
 		parts[i] = p
 	}
 	return parts, nil
@@ -250,7 +275,7 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 			// Never fits: reported without a limiter.
 			p.status = &rlsv3.RateLimitResponse_DescriptorStatus{
 				Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: currentLimit(p.rule),
-				DurationUntilReset: durationpb.New(p.rule.Unit.Period()),
+				DurationUntilReset: durationpb.New(p.rule.period()),
 			}
 			continue
 		}
@@ -321,10 +346,14 @@ func (s *Service) failed(err error) error {
 
 // currentLimit is a rule's limit as the protocol states it.
 func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
-	return &rlsv3.RateLimitResponse_RateLimit{
+	l := &rlsv3.RateLimitResponse_RateLimit{
 		Name: r.Name, RequestsPerUnit: r.RequestsPerUnit,
 		Unit: rlsv3.RateLimitResponse_RateLimit_Unit(r.Unit),
 	}
+	if r.Multiplier > 1 {
+		l.UnitMultiplier = wrapperspb.UInt32(r.Multiplier)
+	}
+	return l
 }
 
 // roundUp rounds d up to whole milliseconds: a caller told to wait never
@@ -334,4 +363,57 @@ func roundUp(d time.Duration) time.Duration {
 		d += time.Millisecond - r
 	}
 	return d
+}
+
+// values returns the values of entries.
+func values(entries []Entry) []string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.Value
+	}
+	return out
+}
+
+// override returns the rule of a limit a request sets on a descriptor of
+// domain: a keyed limiter per distinct limit of the domain, put on first
+// use.
+func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateLimitDescriptor_RateLimitOverride) (*Rule, error) {
+	unit := Unit(o.GetUnit())
+	mult := max(1, o.GetUnitMultiplier().GetValue())
+	switch {
+	case unit < Second || unit > Year:
+		return nil, status.Errorf(codes.InvalidArgument, "the limit's unit %v is not one of SECOND to YEAR", o.GetUnit())
+	case int64(o.GetRequestsPerUnit()) > limiter.MaxLimit:
+		return nil, status.Errorf(codes.InvalidArgument, "the limit's requests_per_unit %d is over %d", o.GetRequestsPerUnit(), int64(limiter.MaxLimit))
+	}
+	period := time.Duration(mult) * unit.Period()
+	if period/time.Duration(mult) != unit.Period() || period > limiter.MaxPeriod {
+		return nil, status.Errorf(codes.InvalidArgument, "the limit's period, %d × %v, is over %s", mult, o.GetUnit(), limiter.FormatPeriod(limiter.MaxPeriod))
+	}
+	r := &Rule{Domain: domain, Path: fmt.Sprintf("%s.override.%d_per_%d_%s", domain, o.GetRequestsPerUnit(), mult, o.GetUnit()),
+		Unit: unit, Multiplier: mult, RequestsPerUnit: o.GetRequestsPerUnit()}
+	if r.RequestsPerUnit == 0 {
+		return r, nil // denies every hit, without a limiter
+	}
+	r.Limiter = limiter.Definition{
+		Name: limiterName(domain, r.Path), Group: groupName(domain), Keyed: true, MaxKeys: OverrideMaxKeys,
+		Policy: limiter.Policy{Limit: int64(r.RequestsPerUnit), Period: period}.Normalize(),
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if known, ok := s.overrides[r.Limiter.Name]; ok {
+		return known, nil
+	}
+	if len(s.overrides) >= MaxOverrides {
+		return nil, status.Errorf(codes.ResourceExhausted, "requests have set %d distinct limits, the most the service takes", MaxOverrides)
+	}
+	if _, err := s.limiters.Put(ctx, r.Limiter); err != nil {
+		if errors.Is(err, limiter.ErrTooManyKeys) || errors.Is(err, limiter.ErrTooManyLimiters) {
+			s.logger.Warn("a limit set by a request has no room", "rule", r.Path, "error", err)
+			return nil, status.Error(codes.ResourceExhausted, "the limit set has no room among the service's limiters")
+		}
+		return nil, s.failed(err)
+	}
+	s.overrides[r.Limiter.Name] = r
+	return r, nil
 }

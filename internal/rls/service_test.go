@@ -11,6 +11,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -323,4 +324,66 @@ func TestBackendUnavailable(t *testing.T) {
 		conn.Close()
 		srv.Stop()
 	}
+}
+
+// A limit set by the request applies in place of the configuration's, in
+// a known domain, per key as a rule's would; an invalid one is refused.
+func TestLimitOverride(t *testing.T) {
+	backends(t, func(t *testing.T, l *limiter.Service) {
+		c := serve(t, l, mustParse(t, testConfig))
+		withLimit := func(n uint32, unit typev3.RateLimitUnit, kv ...string) *commonv3.RateLimitDescriptor {
+			d := desc(kv...)
+			d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: unit}
+			return d
+		}
+		for i := range 2 {
+			r := ask(t, c, withLimit(2, typev3.RateLimitUnit_MINUTE, "user", "frank"))
+			wantCodes(t, "override", r, ok, ok)
+			if l := r.Statuses[0].CurrentLimit; l.GetRequestsPerUnit() != 2 || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || r.Statuses[0].LimitRemaining != uint32(1-i) {
+				t.Errorf("override %d: %v", i, r.Statuses[0])
+			}
+		}
+		wantCodes(t, "override, 3rd", ask(t, c, withLimit(2, typev3.RateLimitUnit_MINUTE, "user", "frank")), over, over)
+		// The configuration's rule for the same descriptor is another count.
+		wantCodes(t, "the configured rule", ask(t, c, desc("user", "frank")), ok, ok)
+		wantCodes(t, "a limit of 0", ask(t, c, withLimit(0, typev3.RateLimitUnit_MINUTE, "user", "grace")), over, over)
+		// Several descriptors with limits: still all or nothing.
+		wantCodes(t, "joint", ask(t, c, withLimit(1, typev3.RateLimitUnit_HOUR, "k", "a"), withLimit(5, typev3.RateLimitUnit_HOUR, "k", "b")), ok, ok, ok)
+		wantCodes(t, "joint, again", ask(t, c, withLimit(1, typev3.RateLimitUnit_HOUR, "k", "a"), withLimit(5, typev3.RateLimitUnit_HOUR, "k", "b")), over, over, ok)
+		if got := ask(t, c, hits(withLimit(5, typev3.RateLimitUnit_HOUR, "k", "b"), 0)).Statuses[0].LimitRemaining; got != 4 {
+			t.Errorf("b after a denied joint request: %d left, want 4", got)
+		}
+		for name, d := range map[string]*commonv3.RateLimitDescriptor{
+			"unknown unit":     withLimit(5, typev3.RateLimitUnit_UNKNOWN, "user", "h"),
+			"over the maximum": withLimit(limiter.MaxLimit+1, typev3.RateLimitUnit_SECOND, "user", "h"),
+		} {
+			if _, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{d}}); status.Code(err) != codes.InvalidArgument {
+				t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)
+			}
+		}
+	})
+}
+
+// Quota-mode rules deny a request only when every quota rule it names is
+// over its limit; each is charged on its own.
+func TestQuotaMode(t *testing.T) {
+	backends(t, func(t *testing.T, l *limiter.Service) {
+		c := serve(t, l, mustParse(t, `domain: web
+descriptors:
+  - key: service
+    value: s1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: service
+    value: s2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`))
+		both := func() *rlsv3.RateLimitResponse {
+			return ask(t, c, desc("service", "s1"), desc("service", "s2"))
+		}
+		wantCodes(t, "both in quota", both(), ok, ok, ok)
+		wantCodes(t, "s1 over its quota", both(), ok, over, ok)
+		wantCodes(t, "both over their quota", both(), over, over, over)
+	})
 }
