@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
 )
 
 // Decide takes permits from several limiters, all or nothing.
@@ -99,7 +100,7 @@ func (s *server) verdictAnswer(ctx context.Context, v limiter.Verdict) *verdictA
 			policy, rateLimit = append(policy, ", "...), append(rateLimit, ", "...)
 		}
 		policy = append(policy, s.policyOf(ctx, c.Name, c.Limit)...)
-		rateLimit = append(rateLimit, rateLimitHeader(c.Name, c.Remaining, c.ResetAfter)...)
+		rateLimit = append(rateLimit, ratelimitheader.Value(c.Name, c.Remaining, c.ResetAfter)...)
 	}
 	a.policy, a.rateLimit = string(policy), string(rateLimit)
 	return a

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/client"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
 )
 
 // TestFastValidationAgreesWithSpec sends the same requests to the hot
@@ -264,14 +265,14 @@ func TestHeaderValues(t *testing.T) {
 	for _, tc := range []struct {
 		got, want string
 	}{
-		{policyHeader("a", 0, 5), `"a";q=5`},
-		{policyHeader("a", 1, 5), `"a";q=5;w=1`},
-		{policyHeader("a", 3600e9, 5), `"a";q=5;w=3600`},
-		{policyHeader("a", 3600e9+1, 5), `"a";q=5;w=3601`},
-		{policyHeader(`q"\`, 1e9, 5), `"q\"\\";q=5;w=1`},
-		{rateLimitHeader("a", 0, 0), `"a";r=0;t=0`},
-		{rateLimitHeader("a", 3, 1), `"a";r=3;t=1`},
-		{rateLimitHeader("a", 3, 2e9), `"a";r=3;t=2`},
+		{ratelimitheader.Policy("a", 0, 5), `"a";q=5`},
+		{ratelimitheader.Policy("a", 1, 5), `"a";q=5;w=1`},
+		{ratelimitheader.Policy("a", 3600e9, 5), `"a";q=5;w=3600`},
+		{ratelimitheader.Policy("a", 3600e9+1, 5), `"a";q=5;w=3601`},
+		{ratelimitheader.Policy(`q"\`, 1e9, 5), `"q\"\\";q=5;w=1`},
+		{ratelimitheader.Value("a", 0, 0), `"a";r=0;t=0`},
+		{ratelimitheader.Value("a", 3, 1), `"a";r=3;t=1`},
+		{ratelimitheader.Value("a", 3, 2e9), `"a";r=3;t=2`},
 		{fmt.Sprint(millis(1)), "1"},
 		{fmt.Sprint(millis(1e6)), "1"},
 		{fmt.Sprint(millis(1e6 + 1)), "2"},

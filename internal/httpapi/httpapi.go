@@ -41,6 +41,7 @@ import (
 	"github.com/ratelimiter/ratelimiter/api"
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
 
@@ -214,7 +215,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 	s.ops, s.byID, s.params = operations(doc, s.tel, set)
 	s.unroutedOps = unroutedOperations(s.tel, o.Metrics != nil)
 	s.validator = newValidator(doc, s)
-	s.tenantPolicy = policyHeader(tenantLimiter, o.Tenants.Policy().Period, o.Tenants.Policy().Limit)
+	s.tenantPolicy = ratelimitheader.Policy(tenantLimiter, o.Tenants.Policy().Period, o.Tenants.Policy().Limit)
 
 	r := chi.NewRouter()
 	s.router = r

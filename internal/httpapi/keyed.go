@@ -5,6 +5,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
 )
 
 // acquireKey takes permits from key's bucket of a keyed limiter.
@@ -17,7 +18,7 @@ func (s *server) acquireKey(ctx context.Context, name, key string, permits int64
 	a := &decisionAnswer{d: d.Decision, key: key, isKeyed: true, keysFull: d.KeysFull}
 	if !d.Degraded {
 		a.policy = s.policyOf(ctx, name, d.Limit)
-		a.rateLimit = rateLimitHeader(name, d.Remaining, d.ResetAfter)
+		a.rateLimit = ratelimitheader.Value(name, d.Remaining, d.ResetAfter)
 	}
 	return a, nil
 }
@@ -35,7 +36,7 @@ func (s *server) availableKey(ctx context.Context, name, key string) (gen.GetAva
 		isKeyed:   true,
 		keysFull:  a.KeysFull,
 		policy:    s.policyOf(ctx, name, a.Limit),
-		rateLimit: rateLimitHeader(name, a.Remaining, a.ResetAfter),
+		rateLimit: ratelimitheader.Value(name, a.Remaining, a.ResetAfter),
 	}, nil
 }
 

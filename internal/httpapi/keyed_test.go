@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/client"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
 )
 
 // TestKeyedLimiter drives a keyed limiter through the generated client:
@@ -36,7 +37,7 @@ func TestKeyedLimiter(t *testing.T) {
 		if res.JSON200.Key == nil || *res.JSON200.Key != key {
 			t.Errorf("acquire %s: the answer names key %v", key, res.JSON200.Key)
 		}
-		if got, want := res.HTTPResponse.Header.Get("RateLimit"), rateLimitHeader("per-user", res.JSON200.Remaining, time.Duration(res.JSON200.ResetAfterMs)*time.Millisecond); !strings.HasPrefix(got, `"per-user";r=`) {
+		if got, want := res.HTTPResponse.Header.Get("RateLimit"), ratelimitheader.Value("per-user", res.JSON200.Remaining, time.Duration(res.JSON200.ResetAfterMs)*time.Millisecond); !strings.HasPrefix(got, `"per-user";r=`) {
 			t.Errorf("acquire %s: RateLimit %q, want one like %q", key, got, want)
 		}
 		return res.JSON200

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
 )
 
 // defaultPageSize is the page size of listLimiters when none is asked for.
@@ -125,7 +126,7 @@ func (s *server) Acquire(ctx context.Context, req gen.AcquireRequestObject) (gen
 	return &decisionAnswer{
 		d:         d,
 		policy:    s.policyOf(ctx, req.Name, d.Limit),
-		rateLimit: rateLimitHeader(req.Name, d.Remaining, d.ResetAfter),
+		rateLimit: ratelimitheader.Value(req.Name, d.Remaining, d.ResetAfter),
 	}, nil
 }
 
@@ -141,7 +142,7 @@ func (s *server) GetAvailable(ctx context.Context, req gen.GetAvailableRequestOb
 	return &availabilityAnswer{
 		a:         a,
 		policy:    s.policyOf(ctx, req.Name, a.Limit),
-		rateLimit: rateLimitHeader(req.Name, a.Remaining, a.ResetAfter),
+		rateLimit: ratelimitheader.Value(req.Name, a.Remaining, a.ResetAfter),
 	}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
 )
 
 // decisionOf is the generated model of a decision, the reference for the
@@ -58,7 +59,7 @@ func TestHandWrittenAnswersMatchGenerated(t *testing.T) {
 	}
 	tenants := []string{"203.0.113.7", "2001:db8:1:2::/64", `<odd "tenant">`, "é"}
 	for i, d := range decisions {
-		policy, rateLimit := policyHeader("l", time.Minute, d.Limit), rateLimitHeader("l", d.Remaining, d.ResetAfter)
+		policy, rateLimit := ratelimitheader.Policy("l", time.Minute, d.Limit), ratelimitheader.Value("l", d.Remaining, d.ResetAfter)
 		h := gen.Acquire200ResponseHeaders{RateLimitPolicy: policy, RateLimit: rateLimit}
 		body := decisionOf(d)
 		if body.RetryAfterMs != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
+	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
 
@@ -27,7 +28,7 @@ func (s *server) AcquireTenant(ctx context.Context, req gen.AcquireTenantRequest
 		isTenant:  true,
 		d:         d.Decision,
 		policy:    s.tenantPolicy,
-		rateLimit: rateLimitHeader(tenantLimiter, d.Remaining, d.ResetAfter),
+		rateLimit: ratelimitheader.Value(tenantLimiter, d.Remaining, d.ResetAfter),
 	}, nil
 }
 
@@ -43,7 +44,7 @@ func (s *server) GetTenantAvailable(ctx context.Context, req gen.GetTenantAvaila
 		isTenant:  true,
 		a:         a.Availability,
 		policy:    s.tenantPolicy,
-		rateLimit: rateLimitHeader(tenantLimiter, a.Remaining, a.ResetAfter),
+		rateLimit: ratelimitheader.Value(tenantLimiter, a.Remaining, a.ResetAfter),
 	}, nil
 }
 
