@@ -172,7 +172,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			ln.Close()
 			return fmt.Errorf("listen for gRPC: %w", err)
 		}
-		svc := rls.NewService(b.limiters, cfg.Envoy, logger)
+		svc, err := rls.NewService(b.limiters, cfg.Envoy, rls.Options{Logger: logger, MeterProvider: tel.MeterProvider, Headers: cfg.EnvoyHeaders})
+		if err != nil {
+			ln.Close()
+			gln.Close()
+			return err
+		}
 		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() })
 		if cfg.EnvoyConfigPath != "" {
 			// Reloaded when its files change, and on SIGHUP.

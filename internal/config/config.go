@@ -121,6 +121,9 @@ type Config struct {
 	// EnvoyConfigPath is the envoyproxy/ratelimit configuration, a file or
 	// a directory, that Envoy is its rules; empty when none.
 	EnvoyConfigPath string
+	// EnvoyHeaders adds the draft-11 rate-limit headers to the gRPC rate
+	// limit service's answers.
+	EnvoyHeaders bool
 	// Envoy is the configuration read from EnvoyConfigPath, nil when none.
 	// Its rules' limiters count, with Limiters, against MaxLimiters and the
 	// budget of keys.

@@ -125,7 +125,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		"shutdown-delay": "5s", "shutdown-timeout": "6s",
 		"tenant-limit": "10", "tenant-period": "1h", "tenant-algorithm": "sliding_log", "tenant-burst": "0",
 		"tenant-ipv6-prefix": "48", "tenant-max": "500", "tenant-max-bytes": "1MiB",
-		"admin-token-file": tokenFile, "config": "", "grpc-listen": "127.0.0.1:9998", "envoy-config": "",
+		"admin-token-file": tokenFile, "config": "", "grpc-listen": "127.0.0.1:9998", "envoy-config": "", "envoy-headers": "true",
 		"redis-addrs": "a:1, b:2", "redis-username": "rl", "redis-password-file": passwordFile,
 		"redis-tls": "true", "redis-tls-ca-file": caFile, "redis-key-prefix": "rl1:",
 		"redis-timeout": "20ms", "redis-dial-timeout": "2s", "redis-conns-per-node": "16", "redis-failure-mode": "fail-open",
@@ -138,7 +138,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		}
 	}
 	want := Config{
-		Listen: "127.0.0.1:9999", GRPCListen: "127.0.0.1:9998", Backend: BackendRedis, AdminToken: "s3cret",
+		Listen: "127.0.0.1:9999", GRPCListen: "127.0.0.1:9998", EnvoyHeaders: true, Backend: BackendRedis, AdminToken: "s3cret",
 		Redis: Redis{
 			Addrs: []string{"a:1", "b:2"}, Username: "rl", Password: "hunter2", TLS: true, TLSCAFile: caFile,
 			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16,

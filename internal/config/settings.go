@@ -83,6 +83,18 @@ var settings = []setting{
 		apply: func(c *Config, v string) error { c.EnvoyConfigPath = v; return nil },
 	},
 	{
+		name: "envoy-headers", env: "RATELIMITER_ENVOY_HEADERS", def: "false", arg: "bool", group: groupServer,
+		usage: "Add the draft-11 RateLimit and RateLimit-Policy headers of the request's rules to every answer of the gRPC rate limit service (response_headers_to_add), for Envoy to pass on to the client.",
+		apply: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", v)
+			}
+			c.EnvoyHeaders = b
+			return nil
+		},
+	},
+	{
 		name: "backend", env: "RATELIMITER_BACKEND", def: BackendMemory, arg: "name", group: groupServer,
 		usage: "Where limiter state lives: \"memory\" (this process only, for a single replica) or \"redis\" " +
 			"(shared by every replica that uses the same Redis; see the Redis settings).",

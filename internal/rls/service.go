@@ -6,18 +6,24 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
 )
 
 // Bounds of one request, beyond which it is refused with INVALID_ARGUMENT
@@ -54,17 +60,51 @@ type Service struct {
 
 	limiters Limiters
 	config   atomic.Pointer[Config]
-	logger   *slog.Logger
+	opts     Options
+	hits     metric.Int64Counter
 
 	mu        sync.Mutex
 	overrides map[string]*Rule // by limiter name, once its limiter was put
 }
 
-// NewService returns the service of the limiters, deciding by cfg.
-func NewService(limiters Limiters, cfg *Config, logger *slog.Logger) *Service {
-	s := &Service{limiters: limiters, logger: logger, overrides: make(map[string]*Rule)}
+// Options configure a Service.
+type Options struct {
+	// Logger logs what goes wrong; nil discards.
+	Logger *slog.Logger
+	// MeterProvider gets the hits metric (see NewService); nil: none.
+	MeterProvider metric.MeterProvider
+	// Headers adds the draft-11 RateLimit and RateLimit-Policy headers of
+	// the request's rules to every answer (response_headers_to_add), for
+	// Envoy to pass on to the client.
+	Headers bool
+}
+
+// NearLimitRatio is the share of a limit past which allowed hits count as
+// near the limit, as envoyproxy/ratelimit counts them.
+const NearLimitRatio = 0.8
+
+// NewService returns the service of the limiters, deciding by cfg. It
+// counts the hits of every rule in the metric ratelimiter.envoy.hits, by
+// domain, rule (its name, or its place in the tree) and result:
+// within_limit, near_limit (allowed past NearLimitRatio of the limit),
+// over_limit, or shadow_mode (over the limit of a shadow-mode rule, and
+// answered OK).
+func NewService(limiters Limiters, cfg *Config, opts Options) (*Service, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = noop.NewMeterProvider()
+	}
+	hits, err := opts.MeterProvider.Meter("github.com/ratelimiter/ratelimiter/internal/rls").Int64Counter("ratelimiter.envoy.hits",
+		metric.WithUnit("{hit}"),
+		metric.WithDescription("Hits of the Envoy rate limit service's rules, by domain, rule and result."))
+	if err != nil {
+		return nil, fmt.Errorf("rls: create ratelimiter.envoy.hits: %w", err)
+	}
+	s := &Service{limiters: limiters, opts: opts, hits: hits, overrides: make(map[string]*Rule)}
 	s.config.Store(cfg)
-	return s
+	return s, nil
 }
 
 // SetConfig makes cfg the configuration of the requests that start from
@@ -104,6 +144,9 @@ type part struct {
 	refund bool
 	// status is the descriptor's answer, once decided.
 	status *rlsv3.RateLimitResponse_DescriptorStatus
+	// over tells that the descriptor was over its limit, even when its
+	// answer is OK (a shadow-mode rule).
+	over bool
 }
 
 // ShouldRateLimit decides a request's descriptors: those of ordinary rules
@@ -186,6 +229,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			return nil, err
 		}
 		for _, p := range shadow {
+			p.over = p.status.Code == rlsv3.RateLimitResponse_OVER_LIMIT
 			p.status.Code = rlsv3.RateLimitResponse_OK
 		}
 	}
@@ -209,8 +253,73 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	for i, p := range parts {
 		resp.Statuses[i] = p.status
+		s.count(ctx, p)
+	}
+	if s.opts.Headers {
+		resp.ResponseHeadersToAdd = headers(parts)
 	}
 	return resp, nil
+}
+
+// Results of the hits metric.
+var (
+	withinLimit = attribute.String("result", "within_limit")
+	nearLimit   = attribute.String("result", "near_limit")
+	overLimit   = attribute.String("result", "over_limit")
+	shadowMode  = attribute.String("result", "shadow_mode")
+)
+
+// count records the hits of a decided part in the hits metric.
+func (s *Service) count(ctx context.Context, p *part) {
+	r := p.rule
+	if r == nil || r.Unlimited || p.refund || p.hits == 0 || p.status == nil || p.status.CurrentLimit == nil {
+		return
+	}
+	rule := r.Name
+	if rule == "" {
+		rule = r.Path
+	}
+	result := withinLimit
+	switch {
+	case r.ShadowMode && p.over:
+		result = shadowMode
+	case p.status.Code == rlsv3.RateLimitResponse_OVER_LIMIT:
+		result = overLimit
+	case float64(p.status.LimitRemaining) < (1-NearLimitRatio)*float64(r.RequestsPerUnit):
+		result = nearLimit
+	}
+	s.hits.Add(ctx, p.hits, metric.WithAttributes(attribute.String("domain", r.Domain), attribute.String("rule", rule), result))
+}
+
+// headers are the draft-11 headers of the parts' rules, one entry per
+// rule with a limit, in the order of the descriptors.
+func headers(parts []*part) []*corev3.HeaderValue {
+	var policy, value []string
+	seen := make(map[*Rule]bool)
+	for _, p := range parts {
+		st := p.status
+		if p.rule == nil || p.rule.Unlimited || st == nil || st.CurrentLimit == nil || seen[p.rule] {
+			continue
+		}
+		seen[p.rule] = true
+		name := p.rule.Name
+		if name == "" {
+			name = p.rule.Path
+		}
+		policy = append(policy, ratelimitheader.Policy(name, p.rule.period(), int64(p.rule.RequestsPerUnit)))
+		reset := time.Duration(0)
+		if d := st.DurationUntilReset; d != nil {
+			reset = d.AsDuration()
+		}
+		value = append(value, ratelimitheader.Value(name, int64(st.LimitRemaining), reset))
+	}
+	if len(policy) == 0 {
+		return nil
+	}
+	return []*corev3.HeaderValue{
+		{Key: ratelimitheader.PolicyField, Value: strings.Join(policy, ", ")},
+		{Key: ratelimitheader.Field, Value: strings.Join(value, ", ")},
+	}
 }
 
 // resolve checks a request and finds the rule and key of each descriptor.
@@ -340,7 +449,7 @@ func (s *Service) failed(err error) error {
 	if errors.Is(err, context.Canceled) {
 		return status.Error(codes.Canceled, "the request was canceled")
 	}
-	s.logger.Error("rate limit decision failed", "error", err)
+	s.opts.Logger.Error("rate limit decision failed", "error", err)
 	return status.Error(codes.Internal, "the decision failed")
 }
 
@@ -409,7 +518,7 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 	}
 	if _, err := s.limiters.Put(ctx, r.Limiter); err != nil {
 		if errors.Is(err, limiter.ErrTooManyKeys) || errors.Is(err, limiter.ErrTooManyLimiters) {
-			s.logger.Warn("a limit set by a request has no room", "rule", r.Path, "error", err)
+			s.opts.Logger.Warn("a limit set by a request has no room", "rule", r.Path, "error", err)
 			return nil, status.Error(codes.ResourceExhausted, "the limit set has no room among the service's limiters")
 		}
 		return nil, s.failed(err)

@@ -3,9 +3,9 @@ package rls
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +13,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/rueidis"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -70,6 +72,11 @@ func backends(t *testing.T, f func(t *testing.T, l *limiter.Service)) {
 // serve starts the service of cfg on the limiters, on a loopback port, and
 // returns a client of it through a real gRPC connection.
 func serve(t *testing.T, l Limiters, cfg *Config) rlsv3.RateLimitServiceClient {
+	return serveWith(t, l, cfg, Options{})
+}
+
+// serveWith is serve with options.
+func serveWith(t *testing.T, l Limiters, cfg *Config, opts Options) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	if err := Apply(t.Context(), l, cfg); err != nil {
 		t.Fatal(err)
@@ -78,8 +85,12 @@ func serve(t *testing.T, l Limiters, cfg *Config) rlsv3.RateLimitServiceClient {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc, err := NewService(l, cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, NewService(l, cfg, slog.New(slog.DiscardHandler)))
+	rlsv3.RegisterRateLimitServiceServer(srv, svc)
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -307,8 +318,12 @@ func TestBackendUnavailable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		svc, err := NewService(l, cfg, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		srv := grpc.NewServer()
-		rlsv3.RegisterRateLimitServiceServer(srv, NewService(l, cfg, slog.New(slog.DiscardHandler)))
+		rlsv3.RegisterRateLimitServiceServer(srv, svc)
 		go srv.Serve(ln)
 		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -386,4 +401,54 @@ descriptors:
 		wantCodes(t, "s1 over its quota", both(), ok, over, ok)
 		wantCodes(t, "both over their quota", both(), over, over, over)
 	})
+}
+
+// Every rule's hits are counted by result, as envoyproxy/ratelimit's users
+// monitor them; answers carry the draft-11 headers when told to.
+func TestMetricsAndHeaders(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	c := serveWith(t, limiter.NewService(memory.New(nil, 0)), mustParse(t, testConfig), Options{MeterProvider: mp, Headers: true})
+	for range 4 {
+		ask(t, c, desc("user", "ivan")) // 3 allowed (the 3rd near the limit), 1 over
+	}
+	for range 2 {
+		ask(t, c, desc("shadow", "x")) // 1 allowed (near its limit of 1), 1 over in shadow mode
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]int64)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "ratelimiter.envoy.hits" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				rule, _ := dp.Attributes.Value("rule")
+				result, _ := dp.Attributes.Value("result")
+				got[rule.AsString()+" "+result.AsString()] += dp.Value
+			}
+		}
+	}
+	want := map[string]int64{
+		"web.user within_limit": 2, "web.user near_limit": 1, "web.user over_limit": 1,
+		"web.shadow near_limit": 1, "web.shadow shadow_mode": 1,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("hits %v, want %v", got, want)
+	}
+
+	r := ask(t, c, desc("user", "judy"), desc("plan", "free"))
+	h := make(map[string]string)
+	for _, hv := range r.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	if p := h["RateLimit-Policy"]; p != `"web.user";q=3;w=3600, "free";q=2;w=86400` {
+		t.Errorf("RateLimit-Policy %q", p)
+	}
+	if v := h["RateLimit"]; !strings.HasPrefix(v, `"web.user";r=2;t=`) || !strings.Contains(v, `, "free";r=1;t=`) {
+		t.Errorf("RateLimit %q", v)
+	}
 }
