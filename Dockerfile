@@ -39,5 +39,5 @@ LABEL org.opencontainers.image.title="ratelimiter" \
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/ratelimiter /ratelimiter
 USER 65532:65532
-EXPOSE 8080
+EXPOSE 8080 8081
 ENTRYPOINT ["/ratelimiter"]
