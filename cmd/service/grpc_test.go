@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,7 +55,7 @@ func dial(t *testing.T, l *logs) *grpc.ClientConn {
 func TestGRPC(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	cfg := envoyConfig(t, "domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")
-	_, stderr, done, cancel := start(t, []string{"--listen", "127.0.0.1:0", "--envoy-config", cfg}, map[string]string{"RATELIMITER_SHUTDOWN_DELAY": "1s"})
+	base, stderr, done, cancel := start(t, []string{"--listen", "127.0.0.1:0", "--envoy-config", cfg}, map[string]string{"RATELIMITER_SHUTDOWN_DELAY": "1s"})
 	conn := dial(t, stderr)
 
 	rl := rlsv3.NewRateLimitServiceClient(conn)
@@ -66,6 +67,16 @@ func TestGRPC(t *testing.T) {
 		if err != nil || resp.OverallCode != want {
 			t.Fatalf("request %d: %v %v, want %v", i, resp, err, want)
 		}
+	}
+
+	// The rule's hits are on /metrics, by result.
+	m := scrape(t, base+"/metrics")
+	if m[`ratelimiter_envoy_hits_total{result="within_limit"}`]+m[`ratelimiter_envoy_hits_total{result="near_limit"}`] != 2 || m[`ratelimiter_envoy_hits_total{result="over_limit"}`] != 1 {
+		t.Errorf("hits on /metrics: %v", m)
+	}
+	// The rule is a keyed limiter of the service, listed by the HTTP API.
+	if body := get(t, base+"/v1/limiters", http.StatusOK); !strings.Contains(body, `"name":"envoy.web.user.`) {
+		t.Errorf("GET /v1/limiters: %s", body)
 	}
 
 	health := healthpb.NewHealthClient(conn)

@@ -231,6 +231,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		for _, p := range shadow {
 			p.over = p.status.Code == rlsv3.RateLimitResponse_OVER_LIMIT
 			p.status.Code = rlsv3.RateLimitResponse_OK
+			if p.over {
+				s.opts.Logger.DebugContext(ctx, "shadow-mode rule over its limit", "domain", p.rule.Domain, "rule", p.rule.Path, "key", p.key, "hits", p.hits)
+			}
 		}
 	}
 	if len(peek) > 0 {
