@@ -113,6 +113,22 @@ func (m *Model) Acquire(key string, now, n int64) (limiter.Decision, bool) {
 	return d, false
 }
 
+// Refund gives n permits back to key at now, never beyond full, as a
+// refund of the table must; a key the model does not hold is full, and
+// stays so.
+func (m *Model) Refund(key string, now, n int64) {
+	if m.gcra() {
+		if t, ok := m.tats[key]; ok {
+			m.tats[key] = m.rate.Refund(t, now, n)
+		}
+		return
+	}
+	if l, ok := m.logs[key]; ok {
+		l.log.Refund(m.window, now, n)
+		l.reset = now + int64(l.log.Available(m.window, now).ResetAfter)
+	}
+}
+
 // gcraVictim is the key evicted first: the earliest TAT, then the largest
 // key.
 func (m *Model) gcraVictim() (string, limiter.TAT) {
