@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -450,5 +451,80 @@ func TestMetricsAndHeaders(t *testing.T) {
 	}
 	if v := h["RateLimit"]; !strings.HasPrefix(v, `"web.user";r=2;t=`) || !strings.Contains(v, `, "free";r=1;t=`) {
 		t.Errorf("RateLimit %q", v)
+	}
+}
+
+// Concurrent requests of three descriptors, spread over three services
+// with stores of their own on one Redis (standalone, and a 3-master
+// Cluster), admit exactly the smallest limit, and the denied ones charge
+// nothing.
+func TestAcrossReplicasOnRedis(t *testing.T) {
+	const yaml = `domain: web
+descriptors:
+  - key: user
+    rate_limit: {unit: year, requests_per_unit: 120}
+  - key: route
+    rate_limit: {unit: year, requests_per_unit: 200, algorithm: sliding_log}
+  - key: global
+    rate_limit: {unit: year, requests_per_unit: 300}
+`
+	for name, addrs := range map[string]func(testing.TB) []string{
+		"standalone": func(t testing.TB) []string { return []string{redistest.Standalone(t)} },
+		"cluster":    redistest.Cluster,
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := mustParse(t, yaml)
+			addr := addrs(t)
+			prefix := fmt.Sprintf("rls%d:", time.Now().UnixNano())
+			var clients []rlsv3.RateLimitServiceClient
+			for range 3 {
+				c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addr, DisableCache: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(c.Close)
+				st, err := limiterredis.New(c, prefix, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				clients = append(clients, serve(t, limiter.NewService(st), cfg))
+			}
+			req := func(hits uint64) *rlsv3.RateLimitRequest {
+				r := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "u"), desc("route", "/r"), desc("global", "g")}}
+				for _, d := range r.Descriptors {
+					d.HitsAddend = wrapperspb.UInt64(hits)
+				}
+				return r
+			}
+			const calls = 600
+			results := make(chan error, calls)
+			var admitted atomic.Int64
+			for i := range calls {
+				go func() {
+					resp, err := clients[i%3].ShouldRateLimit(context.Background(), req(1))
+					if err == nil && resp.OverallCode == ok {
+						admitted.Add(1)
+					}
+					results <- err
+				}()
+			}
+			for range calls {
+				if err := <-results; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := admitted.Load(); got != 120 {
+				t.Errorf("admitted %d of %d, want exactly 120", got, calls)
+			}
+			resp, err := clients[0].ShouldRateLimit(t.Context(), req(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range []uint32{0, 80, 180} {
+				if got := resp.Statuses[i].LimitRemaining; got != want {
+					t.Errorf("descriptor %d: %d left, want %d", i, got, want)
+				}
+			}
+		})
 	}
 }
