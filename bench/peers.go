@@ -78,24 +78,33 @@ descriptors:
 `
 
 // startEnvoy runs envoy ratelimit against the Redis at redisAddr, with
-// statistics off.
+// statistics off and the harness's configuration.
 func startEnvoy(dir, redisAddr string) (*proc, error) {
+	p, _, err := startEnvoyWith(dir, redisAddr, envoyConfig, "bench.hot")
+	return p, err
+}
+
+// startEnvoyWith runs envoy ratelimit against the Redis at redisAddr, with
+// statistics off and the configuration config, which it has loaded once
+// its /rlconfig lists loaded. It returns the server, whose addr is its
+// HTTP port, and the address of its gRPC port.
+func startEnvoyWith(dir, redisAddr, config, loaded string) (*proc, string, error) {
 	bin, err := goInstall(dir, envoyModule, "service_cmd")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	runtime := filepath.Join(dir, "envoy-runtime")
 	conf := filepath.Join(runtime, "ratelimit", "config")
 	if err := os.MkdirAll(conf, 0o755); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
-		return nil, err
+	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(config), 0o644); err != nil {
+		return nil, "", err
 	}
 	var addrs [3]string
 	for i := range addrs {
 		if addrs[i], err = freeAddr(); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
@@ -109,16 +118,16 @@ func startEnvoy(dir, redisAddr string) (*proc, error) {
 		"RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
 	}, bin)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	// Without its configuration it answers OK to everything: make sure it
 	// loaded it.
 	debug := &proc{name: "envoy ratelimit debug", addr: addrs[2]}
-	if err := waitFor(debug, "/rlconfig", "", "bench.hot"); err != nil {
+	if err := waitFor(debug, "/rlconfig", "", loaded); err != nil {
 		p.stop()
-		return nil, err
+		return nil, "", err
 	}
-	return p, nil
+	return p, addrs[1], nil
 }
 
 // waitFor polls p until a request to path (GET, or POST of body) answers

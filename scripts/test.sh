@@ -107,7 +107,10 @@ if docker info >/dev/null 2>&1; then
   export TESTCONTAINERS_HOST_OVERRIDE=localhost TESTCONTAINERS_RYUK_DISABLED=true
   RATELIMITER_E2E_GO_IMAGE=$(./scripts/images.sh toolchain)
   export RATELIMITER_E2E_GO_IMAGE
-  counted -C e2e test -race -count=1 ./...
+  # The image is built from scratch in TestMain (about 6 minutes on 2
+  # cores, Envoy's generated types included), before 200-odd tests: more
+  # than go test's default 10 minutes in all.
+  counted -C e2e test -race -count=1 -timeout 30m ./...
   docker images ratelimiter
 elif [ "${CI:-}" = true ]; then
   fail "Docker is not available (docker info failed), and CI=true: the end-to-end suite must run in CI"
