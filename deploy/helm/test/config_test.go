@@ -83,10 +83,11 @@ func secretFile(t *testing.T, m *manifests, c corev1.Container, file string) (se
 }
 
 // serviceConfig runs the service's own configuration loader on what the
-// rendered Deployment gives the container: its environment and the files
-// mounted from the ConfigMap and from Secrets (admin token, Redis password,
-// Redis CA certificates), written to a temporary directory. It also returns
-// the container's environment.
+// rendered Deployment gives the container: its arguments, its environment
+// and the files mounted from the ConfigMaps (the configuration file, the
+// Envoy rules) and from Secrets (admin token, Redis password, Redis CA
+// certificates), written to a temporary directory. It also returns the
+// container's environment.
 func serviceConfig(t *testing.T, m *manifests) (config.Config, map[string]corev1.EnvVar) {
 	t.Helper()
 	spec := m.Deployment.Spec.Template.Spec
@@ -121,11 +122,78 @@ func serviceConfig(t *testing.T, m *manifests) (config.Config, map[string]corev1
 		}
 	}
 
-	cfg, err := config.Load(nil, func(name string) string { return values[name] })
+	if p := vars["RATELIMITER_ENVOY_CONFIG"].Value; p != "" {
+		envoyDir := filepath.Join(dir, "envoy")
+		if err := os.Mkdir(envoyDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range envoyFiles(t, m, c, p) {
+			writeFile(t, envoyDir, name, content)
+		}
+		values["RATELIMITER_ENVOY_CONFIG"] = envoyDir
+	}
+
+	cfg, err := config.Load(c.Args, func(name string) string { return values[name] })
 	if err != nil {
 		t.Fatalf("the service refuses the chart's configuration: %v\nconfig file:\n%s", err, file)
 	}
 	return cfg, vars
+}
+
+// mountedConfigMap returns the ConfigMap volume that container c mounts,
+// whole, at dir: read-only, without subPath or items, so that the kubelet
+// updates its files in place when the ConfigMap changes.
+func mountedConfigMap(t *testing.T, spec corev1.PodSpec, c corev1.Container, dir string) *corev1.ConfigMapVolumeSource {
+	t.Helper()
+	var mounts []corev1.VolumeMount
+	for _, vm := range c.VolumeMounts {
+		if path.Clean(vm.MountPath) == path.Clean(dir) {
+			mounts = append(mounts, vm)
+		}
+	}
+	if len(mounts) != 1 {
+		t.Fatalf("got %d volume mounts at %s, want 1: %+v", len(mounts), dir, c.VolumeMounts)
+	}
+	vm := mounts[0]
+	if vm.SubPath != "" || vm.SubPathExpr != "" {
+		t.Errorf("volume mount %s: got subPath %q, want the whole directory (a subPath is never updated)", vm.Name, vm.SubPath+vm.SubPathExpr)
+	}
+	if !vm.ReadOnly {
+		t.Errorf("volume mount %s: got read-write, want read-only", vm.Name)
+	}
+	for _, v := range spec.Volumes {
+		if v.Name != vm.Name {
+			continue
+		}
+		if v.ConfigMap == nil {
+			t.Fatalf("volume %s: got %+v, want a ConfigMap", v.Name, v.VolumeSource)
+		}
+		if len(v.ConfigMap.Items) != 0 {
+			t.Errorf("volume %s: got items %+v, want every key of the ConfigMap", v.Name, v.ConfigMap.Items)
+		}
+		return v.ConfigMap
+	}
+	t.Fatalf("volume mount %s names no volume", vm.Name)
+	return nil
+}
+
+// existingConfigMapFiles is what the tests take a ConfigMap of Envoy rules
+// the chart does not create to hold: one file declaring a domain named
+// after the ConfigMap, so that a test can tell where the rules came from.
+func existingConfigMapFiles(name string) map[string]string {
+	return map[string]string{"rules.yaml": "domain: " + name + "\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1}\n"}
+}
+
+// envoyFiles returns the files the pod shows in dir, the directory of the
+// Envoy rules in container c: the chart's ConfigMap's data, or
+// existingConfigMapFiles for another ConfigMap.
+func envoyFiles(t *testing.T, m *manifests, c corev1.Container, dir string) map[string]string {
+	t.Helper()
+	cm := mountedConfigMap(t, m.Deployment.Spec.Template.Spec, c, dir)
+	if m.EnvoyConfigMap == nil || cm.Name != m.EnvoyConfigMap.Name {
+		return existingConfigMapFiles(cm.Name)
+	}
+	return m.EnvoyConfigMap.Data
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -261,11 +329,29 @@ backend: {type: redis, redis: {addrs: ['redis:6379']}}
 
 			checkRedisConfig(t, m, values, cfg)
 
+			var wantDomains []string
+			if name := lookupString(t, values, "envoy", "existingConfigMap"); name != "" {
+				wantDomains = []string{name}
+			}
+			for _, text := range lookup(t, values, "envoy", "config").(map[string]any) {
+				wantDomains = append(wantDomains, domains(t, text.(string))...)
+			}
+			slices.Sort(wantDomains)
+			if got := cfg.Envoy.Domains(); !slices.Equal(got, wantDomains) {
+				t.Errorf("Envoy domains: got %q, want %q", got, wantDomains)
+			}
+			wantGRPC := ""
+			if lookup(t, values, "grpc", "enabled") == true {
+				wantGRPC = fmt.Sprintf(":%d", lookupInt(t, values, "grpc", "containerPort"))
+			}
+
 			checks := []struct {
 				name      string
 				got, want any
 			}{
 				{"listen", cfg.Listen, fmt.Sprintf(":%d", lookupInt(t, values, "containerPort"))},
+				{"gRPC listen", cfg.GRPCListen, wantGRPC},
+				{"Envoy headers", cfg.EnvoyHeaders, lookup(t, values, "envoy", "headers")},
 				{"backend", cfg.Backend, lookupString(t, values, "backend", "type")},
 				{"IPv6 prefix", int64(cfg.Tenants.IPv6Prefix), lookupInt(t, values, "config", "tenants", "ipv6_prefix")},
 				{"max tenants", int64(cfg.Tenants.MaxTenants), lookupInt(t, values, "config", "tenants", "max_tenants")},
@@ -452,8 +538,9 @@ func mustDuration(t *testing.T, s string) time.Duration {
 // TestChecksumAnnotations checks that each checksum annotation of the pod
 // template changes exactly when what it covers changes (the configuration
 // file, the chart's admin token Secret, the chart's Redis password Secret),
-// and that any change to the Redis settings changes the pod template, so
-// that the pods roll.
+// that any change to the Redis settings changes the pod template, so that
+// the pods roll, and that a change to the Envoy rules does not: the service
+// reloads them, and a roll would lose the memory backend's state.
 func TestChecksumAnnotations(t *testing.T) {
 	t.Parallel()
 	const base = `backend:
@@ -463,6 +550,12 @@ func TestChecksumAnnotations(t *testing.T) {
     password: first-password
 adminToken:
   value: first-token
+envoy:
+  config:
+    web.yaml: |
+      domain: web
+      descriptors:
+        - {key: remote_address, rate_limit: {unit: minute, requests_per_unit: 100}}
 config:
   limiters:
     - {name: upstream, limit: 10, period: 1m}
@@ -502,6 +595,9 @@ config:
 		{name: "Redis failure mode changed", extra: redis("failureMode: fail-open"), templateChanges: true},
 		{name: "unrelated value changed", extra: base + "log: {level: debug}\n", templateChanges: true},
 		{name: "value outside the pod changed", extra: base + "service: {port: 80}\n"},
+		{name: "Envoy rule changed", extra: strings.Replace(base, "requests_per_unit: 100", "requests_per_unit: 50", 1)},
+		{name: "Envoy rules file added", extra: strings.Replace(base, "envoy:\n  config:\n", "envoy:\n  config:\n    api.yaml: 'domain: api'\n", 1)},
+		{name: "Envoy headers on", extra: strings.Replace(base, "envoy:\n", "envoy:\n  headers: true\n", 1), templateChanges: true},
 	}
 	baseline := render(t, valueSet{name: "base", extra: base}).Deployment.Spec.Template
 	before := baseline.Annotations

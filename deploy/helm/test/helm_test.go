@@ -260,6 +260,7 @@ type manifests struct {
 	Service        *corev1.Service
 	ServiceAccount *corev1.ServiceAccount
 	ConfigMap      *corev1.ConfigMap         // the service's configuration file
+	EnvoyConfigMap *corev1.ConfigMap         // the rules of envoy.config
 	Secrets        map[string]*corev1.Secret // by name
 	PDB            *policyv1.PodDisruptionBudget
 	HPA            *autoscalingv2.HorizontalPodAutoscaler
@@ -318,15 +319,18 @@ func decode(t *testing.T, out string) *manifests {
 		case "v1 ServiceAccount":
 			dst = into(t, &m.ServiceAccount)
 		case "v1 ConfigMap":
-			// The configuration file's, and the dashboard's, told apart
-			// by their data.
+			// The configuration file's, the Envoy rules' and the
+			// dashboard's, told apart by their data and name.
 			var cm corev1.ConfigMap
 			if err := yaml.Unmarshal(doc, &cm); err != nil {
 				t.Fatalf("decode ConfigMap: %v\n%s", err, doc)
 			}
-			if _, ok := cm.Data[dashboardKey]; ok {
+			switch _, dashboard := cm.Data[dashboardKey]; {
+			case dashboard:
 				dst = into(t, &m.Dashboard)
-			} else {
+			case strings.HasSuffix(cm.Name, envoyConfigMapSuffix):
+				dst = into(t, &m.EnvoyConfigMap)
+			default:
 				dst = into(t, &m.ConfigMap)
 			}
 		case "monitoring.coreos.com/v1 ServiceMonitor":

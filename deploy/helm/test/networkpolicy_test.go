@@ -11,14 +11,17 @@ import (
 )
 
 // TestNetworkPolicy checks what the NetworkPolicy lets in and out: the http
-// port only, from the peers set (and the test pod), and, when egress is
-// restricted, DNS, the ports of the Redis addresses with the redis backend,
-// and the OTLP collector's port.
+// port, and the grpc port when gRPC is on, both from the peers set (and the
+// test pod), and, when egress is restricted, DNS, the ports of the Redis
+// addresses with the redis backend, and the OTLP collector's port.
 func TestNetworkPolicy(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name   string
 		values string
+		// wantIngress is the ports of the ingress rule, as
+		// "port/protocol"; nil means the http and grpc ports.
+		wantIngress []string
 		// wantEgress is nil when egress is not restricted; otherwise the
 		// ports of each egress rule, in order, as "port/protocol".
 		wantEgress [][]string
@@ -31,6 +34,16 @@ func TestNetworkPolicy(t *testing.T) {
 		{
 			name:     "ingress from chosen peers",
 			values:   "networkPolicy: {enabled: true, ingress: {from: [{namespaceSelector: {matchLabels: {team: a}}}]}}\n",
+			wantFrom: 2,
+		},
+		{
+			name:        "ingress with gRPC off",
+			values:      "networkPolicy: {enabled: true}\ngrpc: {enabled: false}\n",
+			wantIngress: []string{"http/TCP"},
+		},
+		{
+			name:     "ingress to gRPC on a port of its own from chosen peers",
+			values:   "networkPolicy: {enabled: true, ingress: {from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: istio-system}}}]}}\ngrpc: {containerPort: 9091}\n",
 			wantFrom: 2,
 		},
 		{
@@ -123,9 +136,25 @@ otel: {tracesExporter: otlp, endpoint: 'http://collector.obs:4318'}
 			if len(np.Spec.Ingress) != 1 {
 				t.Fatalf("got %d ingress rules, want 1", len(np.Spec.Ingress))
 			}
+			// One rule: the peers that reach the http port reach the grpc
+			// port too.
 			in := np.Spec.Ingress[0]
-			if got := ports(in.Ports); !slices.Equal(got, []string{"http/TCP"}) {
-				t.Errorf("ingress ports: got %v, want [http/TCP]", got)
+			wantIngress := tt.wantIngress
+			if wantIngress == nil {
+				wantIngress = []string{"http/TCP", "grpc/TCP"}
+			}
+			if got := ports(in.Ports); !slices.Equal(got, wantIngress) {
+				t.Errorf("ingress ports: got %v, want %v", got, wantIngress)
+			}
+			// Each named port is one the container declares.
+			var containerPorts []string
+			for _, p := range m.container(t).Ports {
+				containerPorts = append(containerPorts, p.Name+"/"+string(p.Protocol))
+			}
+			for _, p := range ports(in.Ports) {
+				if !slices.Contains(containerPorts, p) {
+					t.Errorf("ingress port %s: the container declares only %v", p, containerPorts)
+				}
 			}
 			if len(in.From) != tt.wantFrom {
 				t.Errorf("ingress peers: got %d, want %d", len(in.From), tt.wantFrom)

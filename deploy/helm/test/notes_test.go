@@ -48,7 +48,8 @@ func renderNotes(t *testing.T, vs valueSet) string {
 }
 
 // TestNotes checks that the notes printed after an install tell how to
-// reach the API and its documentation, where limiter state lives and what
+// reach the API and its documentation, and the rate limit service over gRPC
+// and where its rules come from, where limiter state lives and what
 // happens when Redis is unreachable, and warn when limiter mutations are
 // open to every caller or the disruption budget blocks node drains.
 func TestNotes(t *testing.T) {
@@ -64,6 +65,8 @@ func TestNotes(t *testing.T) {
 			values: "",
 			want: []string{
 				"http://rel-ratelimiter.limits.svc:8080",
+				"Envoy's rate limit service (gRPC, with gRPC health checking and\nreflection) at:\n\n  rel-ratelimiter.limits.svc:8081\n",
+				"It has no rules yet (envoy.config or envoy.existingConfigMap)",
 				"kubectl --namespace limits port-forward service/rel-ratelimiter 8080:8080",
 				"BASE=http://localhost:8080",
 				"$BASE/docs",
@@ -111,6 +114,23 @@ backend: {type: redis, redis: {addrs: ['redis:6380'], tls: {enabled: true}, keyP
 				"the pods stay ready",
 			},
 			notWant: []string{"fail-closed", "report not ready"},
+		},
+		{
+			name:    "rate limit service with rules from the values",
+			values:  "service: {grpcPort: 18081}\nenvoy: {config: {web.yaml: 'domain: web'}}\n",
+			want:    []string{"  rel-ratelimiter.limits.svc:18081\n", "Its rules come from ConfigMap rel-ratelimiter-envoy; the pods reload them"},
+			notWant: []string{"no rules yet"},
+		},
+		{
+			name:    "rate limit service with rules from an existing ConfigMap",
+			values:  "envoy: {existingConfigMap: mesh-rules}\n",
+			want:    []string{"Its rules come from ConfigMap mesh-rules;"},
+			notWant: []string{"no rules yet"},
+		},
+		{
+			name:    "gRPC off",
+			values:  "grpc: {enabled: false}\nenvoy: {existingConfigMap: mesh-rules}\n",
+			notWant: []string{"gRPC", ":8081", "rules"},
 		},
 		{
 			name:    "token from the chart",

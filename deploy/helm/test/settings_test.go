@@ -49,8 +49,10 @@ func TestEverySettingReachesThePod(t *testing.T) {
 		"RATELIMITER_REDIS_PASSWORD": "a secret: the chart mounts it as a file (RATELIMITER_REDIS_PASSWORD_FILE)",
 	}
 	// Between them, these renders set every optional variable: the
-	// defaults, and the Redis backend with every Secret the chart mounts.
-	sets := []valueSet{{name: "defaults"}, {name: "redis with every Secret", extra: `adminToken: {value: token}
+	// defaults, and the Redis backend with every Secret the chart mounts
+	// and the Envoy rules.
+	sets := []valueSet{{name: "defaults"}, {name: "redis with every Secret and the Envoy rules", extra: `adminToken: {value: token}
+envoy: {existingConfigMap: mesh-rules}
 backend:
   type: redis
   redis:

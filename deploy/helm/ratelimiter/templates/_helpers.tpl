@@ -162,9 +162,23 @@ list of numbers.
 {{- end }}
 
 {{/*
+The name of the ConfigMap holding the Envoy rate limit configuration:
+envoy.existingConfigMap, or the chart's own when envoy.config is set; empty
+when there is none.
+*/}}
+{{- define "ratelimiter.envoyConfigMap" -}}
+{{- if .Values.envoy.existingConfigMap }}
+{{- .Values.envoy.existingConfigMap }}
+{{- else if .Values.envoy.config }}
+{{- printf "%s-envoy" (include "ratelimiter.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
 Where the pods find their files.
 */}}
 {{- define "ratelimiter.configDir" -}}/etc/ratelimiter/config{{- end }}
+{{- define "ratelimiter.envoyConfigDir" -}}/etc/ratelimiter/envoy{{- end }}
 {{- define "ratelimiter.adminTokenDir" -}}/etc/ratelimiter/admin-token{{- end }}
 {{- define "ratelimiter.redisPasswordDir" -}}/etc/ratelimiter/redis-password{{- end }}
 {{- define "ratelimiter.redisCADir" -}}/etc/ratelimiter/redis-ca{{- end }}
@@ -213,6 +227,17 @@ are listed in ratelimiter.envNames, which extraEnv may not reuse.
   value: {{ .Values.backend.type | quote }}
 - name: RATELIMITER_CONFIG
   value: {{ printf "%s/config.yaml" (include "ratelimiter.configDir" .) | quote }}
+{{- /* Empty when gRPC is off. The service reads an empty variable as unset,
+so the Deployment also passes --grpc-listen= then. */}}
+- name: RATELIMITER_GRPC_LISTEN
+  value: {{ ternary (printf ":%d" (int .Values.grpc.containerPort)) "" .Values.grpc.enabled | quote }}
+{{- if include "ratelimiter.envoyConfigMap" . }}
+{{- /* The directory, which the service watches for changes. */}}
+- name: RATELIMITER_ENVOY_CONFIG
+  value: {{ include "ratelimiter.envoyConfigDir" . | quote }}
+{{- end }}
+- name: RATELIMITER_ENVOY_HEADERS
+  value: {{ ternary "true" "false" .Values.envoy.headers | quote }}
 {{- if include "ratelimiter.adminTokenSecret" . }}
 - name: RATELIMITER_ADMIN_TOKEN_FILE
   value: {{ printf "%s/token" (include "ratelimiter.adminTokenDir" .) | quote }}
@@ -347,6 +372,17 @@ express. Included by the Deployment, so every render runs it.
 {{- end }}
 {{- if and $v.adminToken.value $v.adminToken.existingSecret }}
 {{- fail "adminToken.value and adminToken.existingSecret are both set: set one" }}
+{{- end }}
+{{- if and $v.envoy.config $v.envoy.existingConfigMap }}
+{{- fail "envoy.config and envoy.existingConfigMap are both set: set one (the rules in the values, or the name of a ConfigMap holding them)" }}
+{{- end }}
+{{- if $v.grpc.enabled }}
+{{- if eq (int $v.grpc.containerPort) (int $v.containerPort) }}
+{{- fail (printf "grpc.containerPort and containerPort are both %d: HTTP and gRPC need a port each" (int $v.containerPort)) }}
+{{- end }}
+{{- if eq (int $v.service.grpcPort) (int $v.service.port) }}
+{{- fail (printf "service.grpcPort and service.port are both %d: the Service needs a port each for HTTP and gRPC" (int $v.service.port)) }}
+{{- end }}
 {{- end }}
 {{- if and $v.podDisruptionBudget.enabled (ne (toString $v.podDisruptionBudget.minAvailable) "") (ne (toString $v.podDisruptionBudget.maxUnavailable) "") }}
 {{- fail "podDisruptionBudget.minAvailable and podDisruptionBudget.maxUnavailable are both set: set one, and the other to \"\"" }}
