@@ -2,13 +2,20 @@ package main
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 
 	"github.com/ratelimiter/ratelimiter/internal/rls"
 )
@@ -17,12 +24,12 @@ import (
 // service's readiness.
 const healthInterval = time.Second
 
-// newGRPCServer returns the gRPC server of the service: Envoy's rate limit
-// service, gRPC health checking and server reflection. Until ctx is done
+// newGRPCServer returns the gRPC server of the service, with opts: Envoy's
+// rate limit service, gRPC health checking and server reflection. Until ctx is done
 // its health follows ready, as /readyz does, for the whole server ("") and
 // for the rate limit service by name; then it reports NOT_SERVING.
-func newGRPCServer(ctx context.Context, svc *rls.Service, ready func() bool) *grpc.Server {
-	srv := grpc.NewServer()
+func newGRPCServer(ctx context.Context, svc *rls.Service, ready func() bool, opts ...grpc.ServerOption) *grpc.Server {
+	srv := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(srv, svc)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(srv, h)
@@ -69,4 +76,22 @@ func stopGRPC(ctx context.Context, srv *grpc.Server) bool {
 		<-stopped
 		return false
 	}
+}
+
+// grpcTelemetry is the server option that traces and measures gRPC calls
+// (otelgrpc's stats handler) when tracing is on; with tracing off it is
+// none, and a call costs no telemetry beyond the rate limit service's own
+// metrics (see BenchmarkGRPCTelemetry).
+func grpcTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) []grpc.ServerOption {
+	if _, off := tp.(tracenoop.TracerProvider); off {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
+		otelgrpc.WithTracerProvider(tp), otelgrpc.WithMeterProvider(mp),
+		otelgrpc.WithPropagators(otel.GetTextMapPropagator()),
+		// Health checks would drown the traces, as the HTTP probes would.
+		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool {
+			return !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/")
+		}),
+	))}
 }

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"net"
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
+	"github.com/ratelimiter/ratelimiter/internal/rls"
+)
+
+// BenchmarkGRPCTelemetry measures one ShouldRateLimit call over a loopback
+// connection, client and server in the process, with the server's
+// telemetry as the service sets it up: none when tracing is off (the
+// default), otelgrpc's stats handler when it is on, here with every call
+// sampled and with 1% sampled.
+//
+//	go test -run '^$' -bench GRPCTelemetry -benchmem -count 6 ./cmd/service
+func BenchmarkGRPCTelemetry(b *testing.B) {
+	cfg, err := rls.Parse("bench.yaml", []byte("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	for _, bc := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{
+		{"tracing-off", tracenoop.NewTracerProvider()},
+		{"tracing-1pct", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))},
+		{"tracing-all", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := limiter.NewService(memory.New(nil, 0))
+			if err := rls.Apply(b.Context(), l, cfg); err != nil {
+				b.Fatal(err)
+			}
+			svc, err := rls.NewService(l, cfg, rls.Options{MeterProvider: mp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := newGRPCServer(b.Context(), svc, func() bool { return true }, grpcTelemetry(bc.tp, mp)...)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go srv.Serve(ln)
+			defer srv.Stop()
+			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			c := rlsv3.NewRateLimitServiceClient(conn)
+			req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
+				{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+			}}
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := c.ShouldRateLimit(b.Context(), req)
+				if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+					b.Fatalf("%v %v", resp, err)
+				}
+			}
+		})
+	}
+}
