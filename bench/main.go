@@ -3,15 +3,15 @@
 //
 //	go -C bench run .                 # every comparison; writes ../docs/benchmarks.md
 //	go -C bench run . -smoke          # one short round of each, checks the harness works
-//	go -C bench run . -only clients   # some comparisons (http, redis, latency, clients, batch, inproc, decide)
+//	go -C bench run . -only clients   # some comparisons (http, redis, latency, clients, batch, inproc, decide, grpc)
 //
 // It builds the service from this checkout and the peers it is compared with
 // (gubernator, envoy ratelimit) from the Go module proxy at pinned versions,
 // starts every server it measures itself (redis-server, the service on each
 // backend, the peers, a trivial net/http handler), and loads them with wrk,
-// redis-benchmark or its own open-loop generator. It needs wrk,
-// redis-server and redis-benchmark on PATH (Debian: apt-get install wrk
-// redis-server) and fails when one is missing.
+// redis-benchmark or its own generators (open-loop HTTP, closed-loop gRPC).
+// It needs wrk, redis-server and redis-benchmark on PATH (Debian: apt-get
+// install wrk redis-server) and fails when one is missing.
 package main
 
 import (
@@ -64,6 +64,7 @@ var comparisons = []comparison{
 	{"batch", batchComparison},
 	{"inproc", inprocComparison},
 	{"decide", decideComparison},
+	{"grpc", grpcComparison},
 }
 
 func main() {

@@ -81,8 +81,9 @@ func startRedisRig(cfg config) (*redisRig, error) {
 			return nil, err
 		}
 		// Per-IP tenants with a limit no run reaches, for the random-key
-		// runs.
-		args := append([]string{"--listen", listen, "--log-level", "warn", "--tenant-limit", "1000000000"}, s.args...)
+		// runs. No gRPC port: both would take the default one (the gRPC
+		// comparison starts services of its own).
+		args := append([]string{"--listen", listen, "--grpc-listen", "", "--log-level", "warn", "--tenant-limit", "1000000000"}, s.args...)
 		*s.p, err = start(s.name, listen, nil, cfg.service, args...)
 		if err != nil {
 			return nil, err

@@ -130,7 +130,7 @@ var serviceMetrics = sync.OnceValues(func() ([]string, error) {
 // per-IP permit, and returns its /metrics.
 func scrapeAfterDecisions(bin string, env []string) (string, error) {
 	cmd := exec.Command(bin)
-	cmd.Env = append([]string{"RATELIMITER_LISTEN=127.0.0.1:0", "RATELIMITER_LOG_FORMAT=json", "OTEL_TRACES_EXPORTER=none"}, env...)
+	cmd.Env = append([]string{"RATELIMITER_LISTEN=127.0.0.1:0", "RATELIMITER_GRPC_LISTEN=127.0.0.1:0", "RATELIMITER_LOG_FORMAT=json", "OTEL_TRACES_EXPORTER=none"}, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return "", err
