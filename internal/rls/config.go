@@ -263,10 +263,12 @@ func (c *Config) add(name string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s:\n%s", name, strings.TrimRight(yaml.FormatError(err, false, true), "\n"))
 	}
+	domains := 0
 	for _, doc := range file.Docs {
 		if doc.Body == nil {
 			continue // an empty document, as before a leading ---
 		}
+		domains++
 		var root yamlRoot
 		if err := yaml.NodeToValue(doc.Body, &root, yaml.Strict()); err != nil {
 			return fmt.Errorf("%s:\n%s", name, strings.TrimRight(yaml.FormatError(err, false, true), "\n"))
@@ -283,6 +285,11 @@ func (c *Config) add(name string, data []byte) error {
 		if err := c.load(at, root.Domain, top, root.Domain, "$.descriptors", true, root.Descriptors); err != nil {
 			return err
 		}
+	}
+	if domains == 0 {
+		// An empty file is a mistake, not a configuration without rules:
+		// envoyproxy/ratelimit refuses it too (its domain is empty).
+		return fmt.Errorf("%s: declares no domain", name)
 	}
 	return nil
 }

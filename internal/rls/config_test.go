@@ -143,6 +143,8 @@ func TestErrorsNameTheLine(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000001\n", "f.yaml:5: invalid policy"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      algorithm: leaky\n", "f.yaml:5: invalid policy"},
 		{"domain: d\n  descriptors: [\n", "f.yaml:\n"},
+		{"", "f.yaml: declares no domain"},
+		{"# only a comment\n---\n", "f.yaml: declares no domain"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5, max_keys: 600000}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 5, max_keys: 600000}\n", "up to 1200000 keys"},
 	} {
 		_, err := Parse("f.yaml", []byte(tc.yaml))
