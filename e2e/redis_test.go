@@ -25,8 +25,9 @@ import (
 const redisAlias = "redis"
 
 // sharedRedis starts a Redis container and n service replicas using it on a
-// network of their own, all terminated when t ends.
-func sharedRedis(t *testing.T, n int, env map[string]string) (*testcontainers.DockerContainer, []*service) {
+// network of their own, all terminated when t ends; opts customize the
+// replicas' containers.
+func sharedRedis(t *testing.T, n int, env map[string]string, opts ...testcontainers.ContainerCustomizer) (*testcontainers.DockerContainer, []*service) {
 	t.Helper()
 	requireDocker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -59,7 +60,7 @@ func sharedRedis(t *testing.T, n int, env map[string]string) (*testcontainers.Do
 	}
 	replicas := make([]*service, n)
 	for i := range replicas {
-		replicas[i] = startService(t, all, network.WithNetwork(nil, nw))
+		replicas[i] = startService(t, all, append([]testcontainers.ContainerCustomizer{network.WithNetwork(nil, nw)}, opts...)...)
 	}
 	return redis, replicas
 }
