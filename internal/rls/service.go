@@ -62,6 +62,7 @@ type Service struct {
 	config   atomic.Pointer[Config]
 	opts     Options
 	hits     metric.Int64Counter
+	options  atomic.Pointer[sync.Map] // *Rule → *ruleOptions: see optionsOf
 
 	mu        sync.Mutex
 	overrides map[string]*Rule // by limiter name, once its limiter was put
@@ -103,13 +104,18 @@ func NewService(limiters Limiters, cfg *Config, opts Options) (*Service, error) 
 		return nil, fmt.Errorf("rls: create ratelimiter.envoy.hits: %w", err)
 	}
 	s := &Service{limiters: limiters, opts: opts, hits: hits, overrides: make(map[string]*Rule)}
-	s.config.Store(cfg)
+	s.SetConfig(cfg)
 	return s, nil
 }
 
 // SetConfig makes cfg the configuration of the requests that start from
 // now on. Its limiters must exist already (see Apply).
-func (s *Service) SetConfig(cfg *Config) { s.config.Store(cfg) }
+func (s *Service) SetConfig(cfg *Config) {
+	s.config.Store(cfg)
+	// The options of the rules in force from now on are made afresh, so
+	// that the rules of earlier configurations do not stay cached.
+	s.options.Store(new(sync.Map))
+}
 
 // Config returns the configuration in force.
 func (s *Service) Config() *Config { return s.config.Load() }
@@ -264,23 +270,45 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
-// Results of the hits metric.
-var (
-	withinLimit = attribute.String("result", "within_limit")
-	nearLimit   = attribute.String("result", "near_limit")
-	overLimit   = attribute.String("result", "over_limit")
-	shadowMode  = attribute.String("result", "shadow_mode")
+// Results of the hits metric, as indexes of a rule's options.
+const (
+	withinLimit = iota
+	nearLimit
+	overLimit
+	shadowMode
+	results
 )
+
+var resultNames = [results]string{"within_limit", "near_limit", "over_limit", "shadow_mode"}
+
+// ruleOptions are the hits metric's options of one rule, by result.
+type ruleOptions [results]metric.AddOption
+
+// optionsOf returns the hits metric's options of r, made once per rule
+// rather than at every hit: an attribute set costs allocations and
+// hashing that a hot path should not pay per call.
+func (s *Service) optionsOf(r *Rule) *ruleOptions {
+	cache := s.options.Load()
+	if o, ok := cache.Load(r); ok {
+		return o.(*ruleOptions)
+	}
+	rule := r.Name
+	if rule == "" {
+		rule = r.Path
+	}
+	o := new(ruleOptions)
+	for i, name := range resultNames {
+		o[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("domain", r.Domain), attribute.String("rule", rule), attribute.String("result", name)))
+	}
+	actual, _ := cache.LoadOrStore(r, o)
+	return actual.(*ruleOptions)
+}
 
 // count records the hits of a decided part in the hits metric.
 func (s *Service) count(ctx context.Context, p *part) {
 	r := p.rule
 	if r == nil || r.Unlimited || p.refund || p.hits == 0 || p.status == nil || p.status.CurrentLimit == nil {
 		return
-	}
-	rule := r.Name
-	if rule == "" {
-		rule = r.Path
 	}
 	result := withinLimit
 	switch {
@@ -291,7 +319,7 @@ func (s *Service) count(ctx context.Context, p *part) {
 	case float64(p.status.LimitRemaining) < (1-NearLimitRatio)*float64(r.RequestsPerUnit):
 		result = nearLimit
 	}
-	s.hits.Add(ctx, p.hits, metric.WithAttributes(attribute.String("domain", r.Domain), attribute.String("rule", rule), result))
+	s.hits.Add(ctx, p.hits, s.optionsOf(r)[result])
 }
 
 // headers are the draft-11 headers of the parts' rules, one entry per
