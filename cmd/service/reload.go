@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -102,16 +100,9 @@ func (r *reloader) apply(ctx context.Context) error {
 // a directory's *.yaml files, links followed as a Kubernetes ConfigMap
 // volume needs): their names, sizes and modification times.
 func fingerprint(path string) string {
-	files := []string{path}
-	if info, err := os.Stat(path); err == nil && info.IsDir() {
-		entries, _ := os.ReadDir(path)
-		files = files[:0]
-		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), ".yaml") {
-				files = append(files, filepath.Join(path, e.Name()))
-			}
-		}
-		slices.Sort(files)
+	files, err := rls.Files(path)
+	if err != nil {
+		return "unreadable: " + err.Error()
 	}
 	var b strings.Builder
 	for _, f := range files {

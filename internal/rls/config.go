@@ -193,25 +193,9 @@ type (
 // holds one domain per YAML document. It refuses the whole configuration
 // at its first error, with the file and line.
 func Load(path string) (*Config, error) {
-	info, err := os.Stat(path)
+	files, err := Files(path)
 	if err != nil {
 		return nil, err
-	}
-	files := []string{path}
-	if info.IsDir() {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return nil, err
-		}
-		files = files[:0]
-		for _, e := range entries {
-			if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
-				files = append(files, filepath.Join(path, e.Name()))
-			}
-		}
-		if len(files) == 0 {
-			return nil, fmt.Errorf("%s: no *.yaml file", path)
-		}
 	}
 	c := &Config{domains: make(map[string]*node)}
 	for _, f := range files {
@@ -227,6 +211,33 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// Files returns the files of the configuration at path: path itself, or
+// the *.yaml files of the directory path, in name order (links followed,
+// as a Kubernetes ConfigMap volume needs).
+func Files(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
+			files = append(files, filepath.Join(path, e.Name()))
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: no *.yaml file", path)
+	}
+	return files, nil
 }
 
 // Parse reads one file's content, named name in errors.

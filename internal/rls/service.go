@@ -155,6 +155,12 @@ type part struct {
 	over bool
 }
 
+// neverFits reports whether p's hits can never be granted: its rule has a
+// limit of 0 (no limiter), or the hits exceed any limit.
+func (p *part) neverFits() bool {
+	return p.rule.Limiter.Name == "" || p.hits > limiter.MaxLimit
+}
+
 // ShouldRateLimit decides a request's descriptors: those of ordinary rules
 // all or nothing, in one joint decision (see the package doc).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -171,8 +177,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		}
 	}
-	var take, peek, refund, shadow []*part
-	var quota []*part
+	var take, peek, refund, shadow, quota []*part
 	denied := false // an ordinary rule that can never grant the hits
 	for _, p := range parts {
 		r := p.rule
@@ -191,7 +196,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			quota = append(quota, p)
 		default:
 			take = append(take, p)
-			denied = denied || r.Limiter.Name == "" || p.hits > limiter.MaxLimit
+			denied = denied || p.neverFits()
 		}
 	}
 
@@ -411,8 +416,8 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 	items := make([]limiter.Item, 0, len(ps))
 	idx := make([]int, 0, len(ps)) // the part of each item
 	for i, p := range ps {
-		if p.rule.Limiter.Name == "" || p.hits > limiter.MaxLimit {
-			// Never fits: reported without a limiter.
+		if p.neverFits() {
+			// Reported without a limiter.
 			p.status = &rlsv3.RateLimitResponse_DescriptorStatus{
 				Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: currentLimit(p.rule),
 				DurationUntilReset: durationpb.New(p.rule.period()),
