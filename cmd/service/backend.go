@@ -130,6 +130,7 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 		defer client.Close()
 		ls, err := limiterredis.New(client, cfg.Redis.KeyPrefix, cfg.MaxLimiters)
 		if err == nil {
+			ls.CacheDenials(cfg.Redis.DenyCache)
 			var ts *tenantredis.Tenants
 			if ts, err = tenantredis.New(client, cfg.Redis.KeyPrefix, cfg.Tenants); err == nil {
 				store.Set(ls)

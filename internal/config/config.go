@@ -97,7 +97,14 @@ type Redis struct {
 	// FailureMode is FailClosed or FailOpen: the decision when Redis does
 	// not answer within Timeout.
 	FailureMode string
+	// DenyCache is how many limiters and keys a replica remembers the
+	// denials of, to deny without asking Redis a decision that Redis would
+	// deny (see redis.Store.CacheDenials); 0 turns it off.
+	DenyCache int
 }
+
+// MaxDenyCache is the largest value of Redis.DenyCache.
+const MaxDenyCache = 1_000_000
 
 // MaxConnsPerNode is the largest value of Redis.ConnsPerNode.
 const MaxConnsPerNode = 256
@@ -225,6 +232,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("dial_timeout", c.Redis.DialTimeout.String()),
 			slog.Int("conns_per_node", c.Redis.ConnsPerNode),
 			slog.String("failure_mode", c.Redis.FailureMode),
+			slog.Int("deny_cache", c.Redis.DenyCache),
 		),
 	)
 }

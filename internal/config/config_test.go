@@ -55,7 +55,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout:    20 * time.Second,
 		Redis: Redis{
 			Addrs: []string{"localhost:6379"}, KeyPrefix: "ratelimiter:",
-			Timeout: 50 * time.Millisecond, DialTimeout: time.Second, ConnsPerNode: 0, FailureMode: FailClosed,
+			Timeout: 50 * time.Millisecond, DialTimeout: time.Second, ConnsPerNode: 0, FailureMode: FailClosed, DenyCache: 10000,
 		},
 		Tenants: tenant.Config{
 			Policy:     limiter.Policy{Limit: 100, Period: time.Minute, Algorithm: limiter.GCRA, Burst: 100},
@@ -129,6 +129,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		"redis-addrs": "a:1, b:2", "redis-username": "rl", "redis-password-file": passwordFile,
 		"redis-tls": "true", "redis-tls-ca-file": caFile, "redis-key-prefix": "rl1:",
 		"redis-timeout": "20ms", "redis-dial-timeout": "2s", "redis-conns-per-node": "16", "redis-failure-mode": "fail-open",
+		"redis-deny-cache": "500",
 	}
 	// The settings set by file or by another setting's value; every other
 	// one must be in values, so that adding a setting extends this test.
@@ -141,7 +142,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		Listen: "127.0.0.1:9999", GRPCListen: "127.0.0.1:9998", EnvoyHeaders: true, Backend: BackendRedis, AdminToken: "s3cret",
 		Redis: Redis{
 			Addrs: []string{"a:1", "b:2"}, Username: "rl", Password: "hunter2", TLS: true, TLSCAFile: caFile,
-			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16,
+			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16, DenyCache: 500,
 			FailureMode: FailOpen,
 		},
 		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 8192, MaxLimiters: 42, MetricsMaxLimiters: 7,
@@ -363,6 +364,8 @@ func TestInvalid(t *testing.T) {
 			want: []string{"--redis-conns-per-node", "from 1 to 256", `"512"`}},
 		{name: "redis conns per node not a number", env: map[string]string{"RATELIMITER_REDIS_CONNS_PER_NODE": "x"},
 			want: []string{"RATELIMITER_REDIS_CONNS_PER_NODE", "power of two", `"x"`}},
+		{name: "redis deny cache negative", args: []string{"--redis-deny-cache", "-1"}, want: []string{"--redis-deny-cache", "from 0 to 1000000"}},
+		{name: "redis deny cache too large", env: map[string]string{"RATELIMITER_REDIS_DENY_CACHE": "2000000"}, want: []string{"RATELIMITER_REDIS_DENY_CACHE", "from 0 to 1000000"}},
 		{name: "redis failure mode", args: []string{"--redis-failure-mode", "open"}, want: []string{"--redis-failure-mode", "fail-closed", "fail-open"}},
 		{name: "redis password twice", args: []string{"--redis-password", "x", "--redis-password-file", "/nonexistent"},
 			want: []string{"--redis-password", "--redis-password-file", "set one"}},

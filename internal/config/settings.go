@@ -323,6 +323,13 @@ var settings = []setting{
 		},
 	},
 	{
+		name: "redis-deny-cache", env: "RATELIMITER_REDIS_DENY_CACHE", def: "10000", arg: "count", group: groupRedis,
+		usage: fmt.Sprintf("Limiters and keys whose denials a replica remembers, from 0 to %d: a decision (a descriptor, "+
+			"POST /v1/decide or /v1/peek) that an earlier answer from Redis proves would be denied is denied without "+
+			"asking Redis. 0: every decision asks Redis.", MaxDenyCache),
+		apply: integer(func(c *Config) *int { return &c.Redis.DenyCache }, 0, MaxDenyCache),
+	},
+	{
 		name: "redis-failure-mode", env: "RATELIMITER_REDIS_FAILURE_MODE", def: FailClosed, arg: "mode", group: groupRedis,
 		usage: "What a decision is when Redis cannot answer in time: \"fail-closed\" denies it (and /readyz reports " +
 			"not ready while Redis is unreachable), \"fail-open\" allows it. Either way the answer says it was made " +

@@ -132,6 +132,13 @@ type Verdict struct {
 	// Reservation is the ID of the reservation an allowed Reserve made;
 	// empty otherwise.
 	Reservation string
+	// Local reports a denial made without asking a shared store, from what
+	// its earlier answers prove (the Redis store's CacheDenials): nothing
+	// was recorded. Each Check then holds what the store last said of its
+	// limiter (Remaining, Limit, ResetAfter less the time since), Fits
+	// false for those proven short, and RetryAfter the least time until
+	// they might fit.
+	Local bool
 }
 
 // Check is what one item of a joint decision found. Items that name the

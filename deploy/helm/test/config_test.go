@@ -286,6 +286,7 @@ backend: {type: redis, redis: {addrs: ['redis:6379']}}
     timeout: 1.5s
     dialTimeout: 1m30s
     connsPerNode: 256
+    denyCache: 0
 `,
 	})
 	for _, vs := range sets {
@@ -517,6 +518,7 @@ func checkRedisConfig(t *testing.T, m *manifests, values map[string]any, cfg con
 		{"Redis timeout", cfg.Redis.Timeout, mustDuration(t, lookupString(t, r, "timeout"))},
 		{"Redis dial timeout", cfg.Redis.DialTimeout, mustDuration(t, lookupString(t, r, "dialTimeout"))},
 		{"Redis connections per node", int64(cfg.Redis.ConnsPerNode), lookupInt(t, r, "connsPerNode")},
+		{"Redis deny cache", int64(cfg.Redis.DenyCache), lookupInt(t, r, "denyCache")},
 		{"Redis failure mode", cfg.Redis.FailureMode, lookupString(t, r, "failureMode")},
 	}
 	for _, c := range checks {
@@ -592,6 +594,7 @@ config:
 		{name: "Redis timeout changed", extra: redis("timeout: 75ms"), templateChanges: true},
 		{name: "Redis dial timeout changed", extra: redis("dialTimeout: 3s"), templateChanges: true},
 		{name: "Redis connections per node changed", extra: redis("connsPerNode: 4"), templateChanges: true},
+		{name: "Redis deny cache changed", extra: redis("denyCache: 0"), templateChanges: true},
 		{name: "Redis failure mode changed", extra: redis("failureMode: fail-open"), templateChanges: true},
 		{name: "unrelated value changed", extra: base + "log: {level: debug}\n", templateChanges: true},
 		{name: "value outside the pod changed", extra: base + "service: {port: 80}\n"},

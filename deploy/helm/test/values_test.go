@@ -45,6 +45,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"redis dial timeout not a duration", "backend: {redis: {dialTimeout: 1 second}}\n", []string{"at '/backend/redis/dialTimeout'", "does not match pattern"}},
 		{"redis conns per node not a power of two", "backend: {redis: {connsPerNode: 3}}\n", []string{"at '/backend/redis/connsPerNode'", "value must be one of"}},
 		{"negative redis conns per node", "backend: {redis: {connsPerNode: -1}}\n", []string{"at '/backend/redis/connsPerNode'", "value must be one of"}},
+		{"redis deny cache too large", "backend: {redis: {denyCache: 1000001}}\n", []string{"at '/backend/redis/denyCache'", "maximum"}},
 		{"redis conns per node above 256", "backend: {redis: {connsPerNode: 512}}\n", []string{"at '/backend/redis/connsPerNode'", "value must be one of"}},
 		{"redis conns per node as a string", "backend: {redis: {connsPerNode: '4'}}\n", []string{"at '/backend/redis/connsPerNode'", "got string, want integer"}},
 		{"fractional redis conns per node", "backend: {redis: {connsPerNode: 2.5}}\n", []string{"at '/backend/redis/connsPerNode'", "got number, want integer"}},

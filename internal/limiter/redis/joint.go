@@ -28,8 +28,23 @@ import (
 // <prefix>{<tag>}#once:<once>, in the slot of its limiters (tag is their
 // group, or the one limiter's name), checked and written by the same
 // script: a retry is answered from it and decides nothing.
+//
+// With CacheDenials, a Take or Peek without once that Redis would deny may
+// be answered without asking it, and a Refund forgets what the cache knew
+// of its limiters.
 func (s *Store) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
-	return s.decideAt(ctx, items, call{mode: mode.String(), once: once, fingerprint: fingerprint(items, mode, once)}, "")
+	c := call{mode: mode.String(), once: once, fingerprint: fingerprint(items, mode, once)}
+	if s.denials == nil {
+		return s.decideAt(ctx, items, c, "")
+	}
+	switch {
+	case once == "" && (mode == limiter.Take || mode == limiter.Peek):
+		c.learn = true
+		return s.decideCached(ctx, items, c)
+	case mode == limiter.Refund:
+		defer s.denials.forget(items)
+	}
+	return s.decideAt(ctx, items, c, "")
 }
 
 // Reserve is Decide under Take that also writes the reservation,
@@ -62,6 +77,10 @@ type call struct {
 	once, fingerprint string
 	ttl               time.Duration
 	reservation       string
+	// learn has the Store's denial cache learn from the reply, as of its
+	// generation gen (see denials.learn).
+	learn bool
+	gen   uint64
 }
 
 // decideAt is a decision at nowMicros (see acquire); only tests pass one.
@@ -187,6 +206,10 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 			args = append(args, strconv.FormatUint(n, 10))
 		}
 	}
+	var sent time.Time
+	if c.learn {
+		sent = s.denials.now()
+	}
 	v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
 		return limiter.Verdict{}, unavailable("decide", names[0], err)
@@ -203,6 +226,17 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 	case len(v) == 2 && v[0] == -4 && v[1] >= 1 && v[1] <= int64(len(names)):
 		p := parts[v[1]-1]
 		return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", limiter.KeyMismatch(p.Name, p.Key == ""))
+	}
+	var next []time.Duration
+	if n := 1 + checkFields*len(names); c.learn && len(v) == n+2*len(names) && v[0] == 1 {
+		next = make([]time.Duration, len(names))
+		for j := range names {
+			next[j] = -1
+			if us := v[n+2*j]; us >= 0 {
+				next[j] = Duration(us, v[n+2*j+1])
+			}
+		}
+		v = v[:n]
 	}
 	replayed := len(v) > 0 && v[0] == 2
 	if replayed {
@@ -229,6 +263,9 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 			RetryAfter: Duration(f[3], f[4]), ResetAfter: Duration(f[5], f[6]),
 			ExceedsCapacity: f[7] == 1, KeysFull: f[8] == 1,
 		}
+	}
+	if next != nil {
+		s.denials.learn(parts, found, next, sent, c.gen)
 	}
 	verdict := limiter.NewVerdict(items, found, index)
 	verdict.Replayed = replayed
@@ -279,6 +316,10 @@ func (s *Store) settleAt(ctx context.Context, id string, actual []limiter.Item, 
 	fp := ""
 	if once != "" {
 		fp = "settle " + id + " " + limiter.Fingerprint(actual, limiter.Take)
+	}
+	if s.denials != nil {
+		// A settlement may give permits back.
+		defer s.denials.forget(parts)
 	}
 	return s.run(ctx, actual, parts, index, group, scope, call{mode: "settle", once: once, fingerprint: fp, reservation: id}, nowMicros)
 }

@@ -62,6 +62,8 @@ type Store struct {
 
 	locMu     sync.RWMutex
 	locations map[string]string // name to group, as last read; see groups.go
+
+	denials *denials // nil unless CacheDenials turned it on
 }
 
 // New returns a Store over client whose keys all start with prefix (which
@@ -122,6 +124,10 @@ func notFound(op, name string) error {
 // groups.go): a limiter the directory places in another group is refused
 // with an error wrapping limiter.ErrGroupConflict.
 func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
+	if s.denials != nil {
+		// A new policy starts the limiter full.
+		defer s.denials.forget(nil, def.Name)
+	}
 	if err := limiter.CheckName(def.Name); err != nil {
 		return false, fmt.Errorf("redis: put: %w", err)
 	}
@@ -298,6 +304,9 @@ func (s *Store) deleteIn(ctx context.Context, name, group string) (int64, error)
 // adds its name itself. The directory entry goes after the definition, and
 // comes back by the same look.
 func (s *Store) Delete(ctx context.Context, name string) error {
+	if s.denials != nil {
+		defer s.denials.forget(nil, name)
+	}
 	group := s.groupOf(name)
 	existed, err := s.deleteIn(ctx, name, group)
 	if err != nil {

@@ -269,6 +269,8 @@ so the Deployment also passes --grpc-listen= then. */}}
   value: {{ $r.dialTimeout | quote }}
 - name: RATELIMITER_REDIS_CONNS_PER_NODE
   value: {{ int $r.connsPerNode | quote }}
+- name: RATELIMITER_REDIS_DENY_CACHE
+  value: {{ int $r.denyCache | quote }}
 - name: RATELIMITER_REDIS_FAILURE_MODE
   value: {{ $r.failureMode | quote }}
 {{- end }}

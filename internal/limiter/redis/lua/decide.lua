@@ -46,6 +46,14 @@
 -- reset_us, reset_ns, exceeds_capacity, keys_full, durations as
 -- microseconds plus nanoseconds. remaining and reset are after the grant
 -- when one was made, as the limiter stands otherwise.
+--
+-- A 'take' or 'peek' without a reservation then adds two fields per part,
+-- next_us and next_ns: how long until one permit more than remaining
+-- fits, if nobody takes any meanwhile, or -1 and 0 when that is not
+-- given (a key without room, a bucket that is full, a sliding log with
+-- permits left). They are not recorded under the idempotency key, so a
+-- replay lacks them: they say what the state is now, for the denial cache
+-- of the Store (see denials.go), and an answer from a record is not now.
 
 -- A charge never puts a bucket more than MaxPeriod (366 days) of refill in
 -- debt, nor a sliding log more than MaxLogDebt permits past its limit, as
@@ -160,7 +168,12 @@ if fingerprint ~= '' then
   end
 end
 
--- remember records reply r under the idempotency key, if there is one.
+-- after holds the fields that follow a reply without being recorded with
+-- it: next_us and next_ns of each part (see reply).
+local after = {}
+
+-- remember records reply r under the idempotency key, if there is one,
+-- and returns it followed by after.
 local function remember(r)
   if fingerprint ~= '' then
     local fs = {}
@@ -168,6 +181,9 @@ local function remember(r)
       fs[i] = fmt(r[i])
     end
     redis.call('SET', once, fingerprint .. '\n' .. table.concat(fs, ' '), 'PX', ARGV[4 + count])
+  end
+  for i = 1, #after do
+    r[#r + 1] = after[i]
   end
   return r
 end
@@ -383,6 +399,31 @@ local function reply(cs, granted)
     local k = #r
     r[k + 1], r[k + 2], r[k + 3], r[k + 4], r[k + 5] = c.fits, rem, c.limit, c.retry_us, c.retry_ns
     r[k + 6], r[k + 7], r[k + 8], r[k + 9] = ra, rn, c.exceeds, c.keys_full
+    if (mode == 'take' or mode == 'peek') and rsv_ttl == '' then
+      local na, nn = -1, 0
+      if c.keys_full == 1 then
+        -- The key's own state is not what denies it.
+      elseif p.g then
+        if rem < p.g.burst then
+          local xa, xb = c.ba, c.bb
+          if granted then
+            xa, xb = c.aa, c.ab
+          end
+          local _, _, wa, wn = gcra_fit(p.g, xa, xb, rem + 1)
+          if wa then
+            na, nn = wa, wn
+          end
+        end
+      elseif rem == 0 then
+        -- No permit fits before the oldest grant in the window leaves
+        -- it (rank 0 is the base), perhaps not even then.
+        local e = redis.call('ZRANGE', p.st, 1, 1)
+        if e[1] then
+          na, nn = log_until(p.w, tonumber(e[1]), now)
+        end
+      end
+      after[#after + 1], after[#after + 2] = na, nn
+    end
   end
   if granted and rsv_ttl ~= '' then
     -- The reservation's ID, as four 32-bit numbers, so that a replay of
