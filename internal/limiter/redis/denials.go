@@ -54,6 +54,7 @@ type denials struct {
 	byName map[string]map[string]*denial // limiter name, then key ("" for a plain limiter)
 	size   int
 	gen    uint64 // counts forgets: an answer to a request sent before one is not learnt
+	swept  time.Time
 
 	local atomic.Uint64 // decisions answered here
 }
@@ -187,7 +188,7 @@ func (d *denials) learn(parts []limiter.Item, found []limiter.Check, next []time
 		e := d.byName[p.Name][p.Key]
 		if e == nil {
 			if d.size >= d.max && !d.sweep() {
-				continue
+				continue // the entry is not learnt: nothing is lost but a round trip
 			}
 			e = &denial{}
 			keys := d.byName[p.Name]
@@ -236,10 +237,20 @@ func (d *denials) drop(name, key string) {
 	d.size--
 }
 
+// sweepEvery is the least time between two sweeps of a full cache: a
+// sweep reads every entry, and a cache full of entries that still prove
+// something would otherwise be swept at every reply.
+const sweepEvery = 10 * time.Millisecond
+
 // sweep drops every entry that proves nothing any more and has no
-// decision in flight, and reports whether that made room.
+// decision in flight, at most once every sweepEvery, and reports whether
+// there is room.
 func (d *denials) sweep() bool {
 	now := d.now()
+	if now.Sub(d.swept) < sweepEvery {
+		return false
+	}
+	d.swept = now
 	for name, keys := range d.byName {
 		for key, e := range keys {
 			if e.flight == nil && (now.Sub(e.sent) >= maxDenialAge || e.n == 0 || e.elapsed(now) >= e.wait) {
@@ -275,8 +286,9 @@ func (s *Store) LocalDenials() uint64 {
 	return s.denials.local.Load()
 }
 
-// decideCached is Decide under Take or Peek with the denial cache.
-func (s *Store) decideCached(ctx context.Context, items []limiter.Item, c call) (limiter.Verdict, error) {
+// decideCached is Decide under Take or Peek with the denial cache, at
+// nowMicros (see acquire).
+func (s *Store) decideCached(ctx context.Context, items []limiter.Item, c call, nowMicros string) (limiter.Verdict, error) {
 	parts, index := limiter.Parts(items)
 	for {
 		v, wait, done, gen := s.denials.decide(items, parts, index)
@@ -292,7 +304,7 @@ func (s *Store) decideCached(ctx context.Context, items []limiter.Item, c call) 
 			}
 		}
 		c.gen = gen
-		verdict, err := s.decideAt(ctx, items, c, "")
+		verdict, err := s.decideAt(ctx, items, c, nowMicros)
 		done(err)
 		return verdict, err
 	}

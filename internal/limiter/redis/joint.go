@@ -33,18 +33,23 @@ import (
 // be answered without asking it, and a Refund forgets what the cache knew
 // of its limiters.
 func (s *Store) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
+	return s.decideMode(ctx, items, mode, once, "")
+}
+
+// decideMode is Decide at nowMicros (see acquire); only tests pass one.
+func (s *Store) decideMode(ctx context.Context, items []limiter.Item, mode limiter.Mode, once, nowMicros string) (limiter.Verdict, error) {
 	c := call{mode: mode.String(), once: once, fingerprint: fingerprint(items, mode, once)}
 	if s.denials == nil {
-		return s.decideAt(ctx, items, c, "")
+		return s.decideAt(ctx, items, c, nowMicros)
 	}
 	switch {
 	case once == "" && (mode == limiter.Take || mode == limiter.Peek):
 		c.learn = true
-		return s.decideCached(ctx, items, c)
+		return s.decideCached(ctx, items, c, nowMicros)
 	case mode == limiter.Refund:
 		defer s.denials.forget(items)
 	}
-	return s.decideAt(ctx, items, c, "")
+	return s.decideAt(ctx, items, c, nowMicros)
 }
 
 // Reserve is Decide under Take that also writes the reservation,
@@ -228,7 +233,7 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 		return limiter.Verdict{}, fmt.Errorf("redis: decide: %w", limiter.KeyMismatch(p.Name, p.Key == ""))
 	}
 	var next []time.Duration
-	if n := 1 + checkFields*len(names); c.learn && len(v) == n+2*len(names) && v[0] == 1 {
+	if n := 1 + checkFields*len(names); (c.mode == "take" || c.mode == "peek") && c.ttl == 0 && len(v) == n+2*len(names) && v[0] == 1 {
 		next = make([]time.Duration, len(names))
 		for j := range names {
 			next[j] = -1
@@ -264,7 +269,7 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 			ExceedsCapacity: f[7] == 1, KeysFull: f[8] == 1,
 		}
 	}
-	if next != nil {
+	if c.learn && next != nil {
 		s.denials.learn(parts, found, next, sent, c.gen)
 	}
 	verdict := limiter.NewVerdict(items, found, index)
