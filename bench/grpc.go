@@ -211,6 +211,47 @@ func grpcComparison(cfg config, rig *redisRig, rep *report) error {
 		targeted = append(targeted, grpcRatios(sec, results))
 	}
 	rep.facts = append(rep.facts, grpcFacts(targeted)...)
+	return grpcLatency(cfg, sec, systems, names, values, rep)
+}
+
+// grpcLatency measures the systems' latency at one open-loop rate that
+// each of them sustains, on the first and the last case, in interleaved
+// rounds. The target: the service's p99 below envoy ratelimit's.
+func grpcLatency(cfg config, sec *section, systems []grpcSystem, names, values []string, rep *report) error {
+	open := grpcOpenLoad{rate: cfg.rate}
+	sec.printf("\n### Latency at an equal open-loop rate\n\n")
+	sec.printf("The same requests at a fixed rate that every system sustains: %s. The target: the service's p99 below envoy ratelimit's on each backend. %d interleaved rounds of %s; median (min–max).\n", open, cfg.rounds, cfg.duration)
+	for _, c := range []grpcCase{grpcCases[0], grpcCases[len(grpcCases)-1]} {
+		next := c.next(values)
+		results := make([][]sample, len(systems))
+		for round := range cfg.rounds {
+			for i, s := range systems {
+				x, err := open.run(s.clients, next, cfg.duration, s.servers...)
+				if err != nil {
+					return fmt.Errorf("%s, %s at %d/s: %w", s.name, c.mode, cfg.rate, err)
+				}
+				results[i] = append(results[i], x)
+				cfg.progress("round %d  %-34s %-44s at %d/s  p50 %6.0f µs  p99 %6.0f µs  server CPU %5.1f µs", round+1, c.mode, s.name, cfg.rate, x.p50, x.p99, x.serverCPU)
+			}
+		}
+		sec.printf("\n#### %s, %d calls per second\n\n", c.mode, cfg.rate)
+		sec.sampleTable(names, results)
+		sec.printf("\n")
+		const envoy = 2
+		if len(results) <= envoy {
+			sec.printf("No ratios: envoy ratelimit does not run in a smoke run.\n")
+			continue
+		}
+		for i, backend := range []string{"memory", "Redis"} {
+			xs := make([]float64, len(results[i]))
+			for r := range xs {
+				xs[r] = results[i][r].p99 / results[envoy][r].p99
+			}
+			met := median(xs) < 1
+			sec.printf("- %s backend ÷ envoy ratelimit, p99 at %d/s: %s (target below 1×: %s)\n", backend, cfg.rate, stat(xs, "%.2f×"), verdict(met))
+			rep.facts = append(rep.facts, fmt.Sprintf("gRPC ShouldRateLimit, %s, %s backend ÷ envoy ratelimit, p99 at an equal open-loop %d/s (target below 1×): %s, %s", c.mode, backend, cfg.rate, stat(xs, "%.2f×"), verdict(met)))
+		}
+	}
 	return nil
 }
 

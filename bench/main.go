@@ -3,7 +3,7 @@
 //
 //	go -C bench run .                 # every comparison; writes ../docs/benchmarks.md
 //	go -C bench run . -smoke          # one short round of each, checks the harness works
-//	go -C bench run . -only clients   # some comparisons (http, redis, latency, clients, batch, inproc, decide, grpc)
+//	go -C bench run . -only clients   # some comparisons (http, redis, latency, clients, batch, inproc, decide, grpc, deny)
 //
 // It builds the service from this checkout and the peers it is compared with
 // (gubernator, envoy ratelimit) from the Go module proxy at pinned versions,
@@ -65,6 +65,7 @@ var comparisons = []comparison{
 	{"inproc", inprocComparison},
 	{"decide", decideComparison},
 	{"grpc", grpcComparison},
+	{"deny", denyComparison},
 }
 
 func main() {
@@ -81,7 +82,7 @@ func run() error {
 	flag.IntVar(&cfg.conns, "connections", 50, "connections of the closed-loop loads (wrk, redis-benchmark)")
 	flag.IntVar(&cfg.batchConns, "batch-connections", 4, "connections of the closed-loop batch loads")
 	flag.IntVar(&cfg.wrkThreads, "threads", 2, "wrk threads")
-	flag.IntVar(&cfg.rate, "rate", 2000, "requests per second of the fixed-rate Redis latency runs")
+	flag.IntVar(&cfg.rate, "rate", 2000, "requests per second of the fixed-rate Redis and gRPC latency runs")
 	flag.IntVar(&cfg.httpRate, "http-rate", 5000, "requests per second of the fixed-rate HTTP latency runs against the peers")
 	out := flag.String("out", "../docs/benchmarks.md", "Markdown file to write")
 	root := flag.String("root", "..", "the service's checkout")
