@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/config"
+	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
 	"github.com/ratelimiter/ratelimiter/internal/httpapi"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/rls"
@@ -126,8 +127,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	var ready atomic.Bool
+	var forward *forwardauth.Service
+	if cfg.ForwardAuth != nil {
+		// The limiter service applies the failure mode to decisions;
+		// this is the answer to one that fails otherwise.
+		failOpen := cfg.Backend == config.BackendRedis && cfg.Redis.FailureMode == config.FailOpen
+		forward = forwardauth.NewService(*cfg.ForwardAuth, b.limiters, failOpen)
+	}
 	handler, err := httpapi.New(httpapi.Options{
 		Limiters:           b.limiters,
+		ForwardAuth:        forward,
 		Tenants:            b.tenants,
 		AdminToken:         cfg.AdminToken,
 		MaxBodyBytes:       cfg.MaxBodyBytes,

@@ -55,6 +55,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/rls"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
@@ -180,6 +181,13 @@ type Config struct {
 	// two share a name. Their MaxKeys add up to at most
 	// limiter.KeyBudget.
 	Limiters []limiter.Definition
+	// ForwardAuth is the forward_auth section of the configuration file,
+	// checked against Limiters, with the client-address settings in its
+	// ClientIP; nil when there is none.
+	ForwardAuth *forwardauth.Config
+	// ClientIP is how the forward-auth endpoint finds a request's client
+	// (--trusted-proxies, --trusted-hops, --forwarded-header).
+	ClientIP forwardauth.ClientIP
 	// ShowVersion reports that --version was given: the caller prints its
 	// version and exits. No other field is set then.
 	ShowVersion bool
@@ -293,6 +301,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		if c.Limiters, err = f.definitions(path); err != nil {
 			return Config{}, err
 		}
+		if c.ForwardAuth, err = f.ForwardAuth.forwardAuth(path); err != nil {
+			return Config{}, err
+		}
 	}
 
 	for _, s := range settings {
@@ -323,6 +334,20 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	if err := c.checkDeclared(origin); err != nil {
 		return Config{}, err
+	}
+	if err := c.ClientIP.Check(); err != nil {
+		return Config{}, fmt.Errorf("config: %s: %w", origins(origin, "trusted-proxies", "trusted-hops", "forwarded-header"), err)
+	}
+	if c.ForwardAuth != nil {
+		c.ForwardAuth.ClientIP = c.ClientIP
+		c.ForwardAuth.IPv6Prefix = c.Tenants.IPv6Prefix
+		defs := make(map[string]limiter.Definition, len(c.Limiters))
+		for _, d := range c.Limiters {
+			defs[d.Name] = d
+		}
+		if err := c.ForwardAuth.Check(defs); err != nil {
+			return Config{}, fmt.Errorf("config: config file %s: %w", c.ConfigFile, err)
+		}
 	}
 	// Each backend has its own worst case per requester (see the
 	// tenant-max-bytes setting); refuse a bound that holds none now rather

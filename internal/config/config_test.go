@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
@@ -57,6 +59,7 @@ func TestDefaults(t *testing.T) {
 			Addrs: []string{"localhost:6379"}, KeyPrefix: "ratelimiter:",
 			Timeout: 50 * time.Millisecond, DialTimeout: time.Second, ConnsPerNode: 0, FailureMode: FailClosed, DenyCache: 10000,
 		},
+		ClientIP: forwardauth.ClientIP{Header: forwardauth.XForwardedFor},
 		Tenants: tenant.Config{
 			Policy:     limiter.Policy{Limit: 100, Period: time.Minute, Algorithm: limiter.GCRA, Burst: 100},
 			IPv6Prefix: 64,
@@ -130,6 +133,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		"redis-tls": "true", "redis-tls-ca-file": caFile, "redis-key-prefix": "rl1:",
 		"redis-timeout": "20ms", "redis-dial-timeout": "2s", "redis-conns-per-node": "16", "redis-failure-mode": "fail-open",
 		"redis-deny-cache": "500",
+		"trusted-proxies":  "10.0.0.0/8, 192.168.1.1,::ffff:172.16.0.0/108", "trusted-hops": "0", "forwarded-header": "Forwarded",
 	}
 	// The settings set by file or by another setting's value; every other
 	// one must be in values, so that adding a setting extends this test.
@@ -145,6 +149,9 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16, DenyCache: 500,
 			FailureMode: FailOpen,
 		},
+		ClientIP: forwardauth.ClientIP{Header: forwardauth.Forwarded, Trusted: []netip.Prefix{
+			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.1/32"), netip.MustParsePrefix("172.16.0.0/12"),
+		}},
 		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 8192, MaxLimiters: 42, MetricsMaxLimiters: 7,
 		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
 		IdleTimeout: 4 * time.Second, ShutdownDelay: 5 * time.Second, ShutdownTimeout: 6 * time.Second,
@@ -364,6 +371,12 @@ func TestInvalid(t *testing.T) {
 			want: []string{"--redis-conns-per-node", "from 1 to 256", `"512"`}},
 		{name: "redis conns per node not a number", env: map[string]string{"RATELIMITER_REDIS_CONNS_PER_NODE": "x"},
 			want: []string{"RATELIMITER_REDIS_CONNS_PER_NODE", "power of two", `"x"`}},
+		{name: "trusted proxies not a range", args: []string{"--trusted-proxies", "10.0.0.0/8,proxy"}, want: []string{"--trusted-proxies", `"proxy"`, "address range"}},
+		{name: "trusted proxies with a zone", args: []string{"--trusted-proxies", "fe80::1%eth0"}, want: []string{"--trusted-proxies", "address range"}},
+		{name: "trusted hops too many", args: []string{"--trusted-hops", "33"}, want: []string{"--trusted-hops", "from 0 to 32"}},
+		{name: "trusted hops and proxies", args: []string{"--trusted-hops", "1"}, env: map[string]string{"RATELIMITER_TRUSTED_PROXIES": "10.0.0.1"},
+			want: []string{"--trusted-hops", "RATELIMITER_TRUSTED_PROXIES", "not both"}},
+		{name: "forwarded header unknown", args: []string{"--forwarded-header", "x-real-ip"}, want: []string{"--forwarded-header", "x-forwarded-for", "forwarded"}},
 		{name: "redis deny cache negative", args: []string{"--redis-deny-cache", "-1"}, want: []string{"--redis-deny-cache", "from 0 to 1000000"}},
 		{name: "redis deny cache too large", env: map[string]string{"RATELIMITER_REDIS_DENY_CACHE": "2000000"}, want: []string{"RATELIMITER_REDIS_DENY_CACHE", "from 0 to 1000000"}},
 		{name: "redis failure mode", args: []string{"--redis-failure-mode", "open"}, want: []string{"--redis-failure-mode", "fail-closed", "fail-open"}},

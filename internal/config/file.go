@@ -3,11 +3,13 @@ package config
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"strings"
 
 	"github.com/goccy/go-yaml"
 
+	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
@@ -16,8 +18,79 @@ const maxFileBytes = 16 << 20
 
 // file is the config file's schema; see the package documentation.
 type file struct {
-	Limiters []fileLimiter `yaml:"limiters"`
-	Tenants  fileTenants   `yaml:"tenants"`
+	Limiters    []fileLimiter    `yaml:"limiters"`
+	Tenants     fileTenants      `yaml:"tenants"`
+	ForwardAuth *fileForwardAuth `yaml:"forward_auth"`
+}
+
+// fileForwardAuth is the forward_auth section: the rules of the endpoint
+// proxies ask (see forwardauth.Config).
+type fileForwardAuth struct {
+	DenyStatus *int       `yaml:"deny_status"`
+	Unmatched  string     `yaml:"unmatched"`
+	Rules      []fileRule `yaml:"rules"`
+}
+
+// fileRule is one rule of the forward_auth section. Permits is a pointer
+// so that 0 written is refused rather than read as left out.
+type fileRule struct {
+	Limiter    string   `yaml:"limiter"`
+	Key        string   `yaml:"key"`
+	Host       string   `yaml:"host"`
+	PathPrefix string   `yaml:"path_prefix"`
+	Methods    []string `yaml:"methods"`
+	Permits    *int64   `yaml:"permits"`
+}
+
+// forwardAuth returns the forward_auth section as a configuration, before
+// its check against the limiters; path names the file in errors.
+func (f *fileForwardAuth) forwardAuth(path string) (*forwardauth.Config, error) {
+	if f == nil {
+		return nil, nil
+	}
+	c := &forwardauth.Config{DenyStatus: 429}
+	if f.DenyStatus != nil {
+		c.DenyStatus = *f.DenyStatus
+	}
+	switch f.Unmatched {
+	case "", "allow":
+	case "deny":
+		c.DenyUnmatched = true
+	default:
+		return nil, fmt.Errorf("config: config file %s: forward_auth: unmatched must be allow or deny, got %q", path, f.Unmatched)
+	}
+	if len(f.Rules) == 0 {
+		return nil, fmt.Errorf("config: config file %s: forward_auth: no rules", path)
+	}
+	for i, r := range f.Rules {
+		rule := forwardauth.Rule{Limiter: r.Limiter, Host: r.Host, PathPrefix: r.PathPrefix, Methods: r.Methods, Permits: 1}
+		if r.Permits != nil {
+			rule.Permits = *r.Permits
+		}
+		switch name, header, _ := strings.Cut(r.Key, ":"); {
+		case r.Key == "client_ip":
+			rule.Key = forwardauth.ByClientIP
+		case r.Key == "route":
+			rule.Key = forwardauth.ByRoute
+		case name == "header" && header != "" && validHeaderName(header):
+			rule.Key, rule.Header = forwardauth.ByHeader, http.CanonicalHeaderKey(header)
+		default:
+			return nil, fmt.Errorf("config: config file %s: forward_auth: rule %d: key must be client_ip, route or header:<name>, got %q", path, i+1, r.Key)
+		}
+		c.Rules = append(c.Rules, rule)
+	}
+	return c, nil
+}
+
+// validHeaderName reports whether h is an HTTP field name: a token.
+func validHeaderName(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return h != ""
 }
 
 // fileLimiter is one entry of the limiters section. Group is a pointer so

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
@@ -38,9 +40,10 @@ const (
 	groupTenants  = "Per-IP policy (applies to every requester IP address or IPv6 prefix)"
 	groupLogging  = "Logging"
 	groupRedis    = "Redis backend (with --backend redis)"
+	groupProxies  = "Client address behind proxies (GET /v1/forward-auth)"
 )
 
-var groups = []string{groupServer, groupAdmin, groupTimeouts, groupTenants, groupRedis, groupLogging}
+var groups = []string{groupServer, groupAdmin, groupTimeouts, groupTenants, groupProxies, groupRedis, groupLogging}
 
 // settings lists every setting that has a flag and an environment variable,
 // in the order their defaults, file values, environment variables and flags
@@ -235,6 +238,53 @@ var settings = []setting{
 			"under GCRA; under the sliding log 512 plus 16 per log element up to 128 elements, 160 per element above, " +
 			"with 1 + min(limit, 4096) elements).",
 		apply: byteSize(func(c *Config) *int64 { return &c.Tenants.MaxBytes }, 1, 1<<50),
+	},
+	{
+		name: "trusted-proxies", env: "RATELIMITER_TRUSTED_PROXIES", arg: "cidr,...", group: groupProxies,
+		usage: "Address ranges of the reverse proxies in front of the service, such as 10.0.0.0/8,fd00::/8. A request " +
+			"from one of them is from the rightmost address of its forwarding header that is not in one; from any " +
+			"other peer, from the peer. Empty: none, so the peer is always the client.",
+		apply: func(c *Config, v string) error {
+			c.ClientIP.Trusted = nil
+			if v == "" {
+				return nil
+			}
+			for _, f := range strings.Split(v, ",") {
+				f = strings.TrimSpace(f)
+				p, err := netip.ParsePrefix(f)
+				if err != nil {
+					a, aerr := netip.ParseAddr(f)
+					if aerr != nil || a.Zone() != "" {
+						return fmt.Errorf("%q is not an address range such as 10.0.0.0/8 or an address", f)
+					}
+					p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+				}
+				if p.Addr().Is4In6() {
+					p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+				}
+				c.ClientIP.Trusted = append(c.ClientIP.Trusted, p.Masked())
+			}
+			return nil
+		},
+	},
+	{
+		name: "trusted-hops", env: "RATELIMITER_TRUSTED_HOPS", def: "0", arg: "count", group: groupProxies,
+		usage: fmt.Sprintf("Instead of --trusted-proxies: the number of proxies every request passes, from 1 to %d; "+
+			"the client is the address that many hops left of the peer in the forwarding header. 0: off.", forwardauth.MaxTrustedHops),
+		apply: integer(func(c *Config) *int { return &c.ClientIP.Hops }, 0, forwardauth.MaxTrustedHops),
+	},
+	{
+		name: "forwarded-header", env: "RATELIMITER_FORWARDED_HEADER", def: forwardauth.XForwardedFor, arg: "name", group: groupProxies,
+		usage: "The header the trusted proxies append the client's address to: x-forwarded-for, or forwarded (RFC 7239). " +
+			"The other is ignored, so that a client cannot set it.",
+		apply: func(c *Config, v string) error {
+			v = strings.ToLower(v)
+			if v != forwardauth.XForwardedFor && v != forwardauth.Forwarded {
+				return fmt.Errorf("must be %s or %s, got %q", forwardauth.XForwardedFor, forwardauth.Forwarded, v)
+			}
+			c.ClientIP.Header = v
+			return nil
+		},
 	},
 	{
 		name: "redis-addrs", env: "RATELIMITER_REDIS_ADDRS", def: "localhost:6379", arg: "host:port,...", group: groupRedis,

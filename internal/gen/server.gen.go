@@ -39,6 +39,9 @@ type ServerInterface interface {
 	// Decide Take permits from several limiters at once, all or nothing
 	// (POST /v1/decide)
 	Decide(w http.ResponseWriter, r *http.Request, params DecideParams)
+	// ForwardAuth May a request pass the proxy?
+	// (GET /v1/forward-auth)
+	ForwardAuth(w http.ResponseWriter, r *http.Request)
 	// ListLimiters List limiters
 	// (GET /v1/limiters)
 	ListLimiters(w http.ResponseWriter, r *http.Request, params ListLimitersParams)
@@ -132,6 +135,12 @@ func (_ Unimplemented) Charge(w http.ResponseWriter, r *http.Request, params Cha
 // Decide Take permits from several limiters at once, all or nothing
 // (POST /v1/decide)
 func (_ Unimplemented) Decide(w http.ResponseWriter, r *http.Request, params DecideParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ForwardAuth May a request pass the proxy?
+// (GET /v1/forward-auth)
+func (_ Unimplemented) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -383,6 +392,20 @@ func (siw *ServerInterfaceWrapper) Decide(w http.ResponseWriter, r *http.Request
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Decide(w, r, params)
+	}))
+
+	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
+		handler = siw.HandlerMiddlewares[i](handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ForwardAuth operation middleware
+func (siw *ServerInterfaceWrapper) ForwardAuth(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ForwardAuth(w, r)
 	}))
 
 	for i := len(siw.HandlerMiddlewares) - 1; i >= 0; i-- {
@@ -1068,6 +1091,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/tenants/policy", wrapper.GetTenantPolicy)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/forward-auth", wrapper.ForwardAuth)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/livez", wrapper.GetLiveness)
 	})
 	r.Group(func(r chi.Router) {
@@ -1084,6 +1110,17 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 }
 
 type BadRequestApplicationProblemPlusJSONResponse Problem
+
+type ForwardAuthDeniedResponseHeaders struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      int64
+}
+type ForwardAuthDeniedApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers ForwardAuthDeniedResponseHeaders
+}
 
 type IdempotencyMismatchApplicationProblemPlusJSONResponse Problem
 
@@ -1605,6 +1642,108 @@ func (response Decide503ApplicationProblemPlusJSONResponse) VisitDecideResponse(
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardAuthRequestObject struct {
+}
+
+type ForwardAuthResponseObject interface {
+	VisitForwardAuthResponse(w http.ResponseWriter) error
+}
+
+type ForwardAuth200ResponseHeaders struct {
+	RateLimit           string
+	RateLimitPolicy     string
+	RatelimiterDegraded *string
+}
+
+type ForwardAuth200Response struct {
+	Headers ForwardAuth200ResponseHeaders
+}
+
+func (response ForwardAuth200Response) VisitForwardAuthResponse(w http.ResponseWriter) error {
+	w.Header().Set("RateLimit", fmt.Sprint(response.Headers.RateLimit))
+	w.Header().Set("RateLimit-Policy", fmt.Sprint(response.Headers.RateLimitPolicy))
+	if response.Headers.RatelimiterDegraded != nil {
+		w.Header().Set("Ratelimiter-Degraded", fmt.Sprint(*response.Headers.RatelimiterDegraded))
+	}
+	w.WriteHeader(200)
+	return nil
+}
+
+type ForwardAuth400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ForwardAuth400ApplicationProblemPlusJSONResponse) VisitForwardAuthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardAuth403ApplicationProblemPlusJSONResponse struct {
+	ForwardAuthDeniedApplicationProblemPlusJSONResponse
+}
+
+func (response ForwardAuth403ApplicationProblemPlusJSONResponse) VisitForwardAuthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("RateLimit", fmt.Sprint(response.Headers.RateLimit))
+	w.Header().Set("RateLimit-Policy", fmt.Sprint(response.Headers.RateLimitPolicy))
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardAuth404ApplicationProblemPlusJSONResponse Problem
+
+func (response ForwardAuth404ApplicationProblemPlusJSONResponse) VisitForwardAuthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardAuth429ResponseHeaders struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      int64
+}
+
+type ForwardAuth429ApplicationProblemPlusJSONResponse struct {
+	Body    Problem
+	Headers ForwardAuth429ResponseHeaders
+}
+
+func (response ForwardAuth429ApplicationProblemPlusJSONResponse) VisitForwardAuthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("RateLimit", fmt.Sprint(response.Headers.RateLimit))
+	w.Header().Set("RateLimit-Policy", fmt.Sprint(response.Headers.RateLimitPolicy))
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3299,6 +3438,9 @@ type StrictServerInterface interface {
 	// Decide Take permits from several limiters at once, all or nothing
 	// (POST /v1/decide)
 	Decide(ctx context.Context, request DecideRequestObject) (DecideResponseObject, error)
+	// ForwardAuth May a request pass the proxy?
+	// (GET /v1/forward-auth)
+	ForwardAuth(ctx context.Context, request ForwardAuthRequestObject) (ForwardAuthResponseObject, error)
 	// ListLimiters List limiters
 	// (GET /v1/limiters)
 	ListLimiters(ctx context.Context, request ListLimitersRequestObject) (ListLimitersResponseObject, error)
@@ -3574,6 +3716,30 @@ func (sh *strictHandler) Decide(w http.ResponseWriter, r *http.Request, params D
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(DecideResponseObject); ok {
 		if err := validResponse.VisitDecideResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ForwardAuth operation middleware
+func (sh *strictHandler) ForwardAuth(w http.ResponseWriter, r *http.Request) {
+	var request ForwardAuthRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ForwardAuth(ctx, request.(ForwardAuthRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ForwardAuth")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ForwardAuthResponseObject); ok {
+		if err := validResponse.VisitForwardAuthResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -837,6 +837,11 @@ type TenantIP = string
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type BadRequest = Problem
 
+// ForwardAuthDenied An RFC 9457 problem detail.
+//
+// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+type ForwardAuthDenied = Problem
+
 // IdempotencyMismatch An RFC 9457 problem detail.
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}

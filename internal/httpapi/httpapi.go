@@ -39,6 +39,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ratelimiter/ratelimiter/api"
+	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/ratelimitheader"
@@ -101,6 +102,9 @@ type Options struct {
 	MeterProvider  metric.MeterProvider // nil: otel.GetMeterProvider()
 	Metrics        http.Handler         // served at GET /metrics when non-nil
 	Ready          func() bool          // readiness; false during shutdown; nil: always ready
+	// ForwardAuth decides GET /v1/forward-auth (any method); nil answers
+	// it 404, as having no rules.
+	ForwardAuth *forwardauth.Service
 	// MetricsMaxLimiters is how many limiters the decision metrics label
 	// by name at once; the decisions of the others are counted under
 	// OtherLimiter. A deleted limiter, or one without a decision for an
@@ -149,6 +153,8 @@ type server struct {
 
 	tenantPolicy string // RateLimit-Policy of the per-IP limit
 
+	forward *forwardauth.Service // nil without rules
+
 	// Requests answered 503 because the backend was unavailable, the count
 	// at the last log record, and the throttle of those records.
 	unavailable, unavailableLogged atomic.Int64
@@ -177,6 +183,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 		ready:    o.Ready,
 		maxBody:  o.MaxBodyBytes,
 		admin:    o.AdminToken != "",
+		forward:  o.ForwardAuth,
 	}
 	s.unavailableLog.Interval = 10 * time.Second
 	if s.log == nil {
@@ -219,7 +226,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.observe, headAsGet)
+	r.Use(s.observe, headAsGet, anyMethod)
 	r.NotFound(s.notFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
 	if o.Metrics != nil {
@@ -240,7 +247,11 @@ func newServer(o Options, set settings) (http.Handler, error) {
 	})
 	for _, byMethod := range s.ops {
 		for _, op := range byMethod {
-			if !r.Match(chi.NewRouteContext(), routeMethod(op.method), op.example) {
+			m := routeMethod(op.method)
+			if op.route == anyMethodPath {
+				m = http.MethodGet // see anyMethod
+			}
+			if !r.Match(chi.NewRouteContext(), m, op.example) {
 				return nil, fmt.Errorf("httpapi: operation %s (%s %s) is not routed", op.id, op.method, op.route)
 			}
 		}

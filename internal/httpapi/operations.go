@@ -41,6 +41,7 @@ const (
 	fastTenant           // an IP address in the path
 	fastBatch            // a BatchAcquireRequest body
 	fastDecide           // a DecideRequest body, and an Idempotency-Key where declared
+	fastForwardAuth      // the forwarding headers of a proxy's auth subrequest; any method
 )
 
 // fastOperations are the hot operations. kin-openapi nearly doubles what
@@ -57,7 +58,14 @@ var fastOperations = map[string]fastKind{
 	"peek":               fastDecide,
 	"charge":             fastDecide,
 	"refund":             fastDecide,
+	// Nothing of it is in the spec but its path: what a proxy sends is
+	// never refused by a schema (see forwardAuthRequest).
+	"forwardAuth": fastForwardAuth,
 }
+
+// anyMethodPath is the path served whatever the method, as the forwardAuth
+// operation's GET (see anyMethod).
+const anyMethodPath = "/v1/forward-auth"
 
 // untraced operations get no server span: probes would drown the traces.
 var untraced = map[string]bool{"getLiveness": true, "getReadiness": true}
@@ -107,12 +115,22 @@ func operations(doc *openapi3.T, tel *telemetry, set settings) (map[string]map[s
 			byRoute[route][method] = op
 			byID[op.id] = op
 			if method == http.MethodGet {
-				// HEAD is served wherever GET is (see headAsGet): the
-				// same operation, measured under its own method.
-				head := *op
-				head.method = http.MethodHead
-				tel.prepare(&head)
-				byRoute[route][http.MethodHead] = &head
+				// HEAD is served wherever GET is (see headAsGet), and every
+				// method where any is (see anyMethod): the same operation,
+				// measured under its own method.
+				also := []string{http.MethodHead}
+				if route == anyMethodPath {
+					also = append(knownMethods, otherMethod)
+				}
+				for _, m := range also {
+					if m == http.MethodGet {
+						continue
+					}
+					alias := *op
+					alias.method = m
+					tel.prepare(&alias)
+					byRoute[route][m] = &alias
+				}
 			}
 		}
 	}
@@ -142,7 +160,11 @@ func (s *server) operationOf(r *http.Request) *operation {
 	if rctx == nil {
 		return nil
 	}
-	return s.ops[rctx.RoutePattern()][r.Method]
+	byMethod := s.ops[rctx.RoutePattern()]
+	if op := byMethod[r.Method]; op != nil {
+		return op
+	}
+	return byMethod[otherMethod] // on anyMethodPath only
 }
 
 // pathParam returns the unescaped value of a path parameter.

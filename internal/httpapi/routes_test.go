@@ -94,7 +94,7 @@ func TestHeadAnswersAsGetWithoutABody(t *testing.T) {
 	paths := getRoutes(t, e.srv.Config.Handler)
 	want := []string{
 		"/docs", "/docs/swagger-ui.css", "/livez", "/metrics", "/openapi.json", "/openapi.yaml", "/readyz",
-		"/v1/limiters", "/v1/limiters/x", "/v1/limiters/x/available", "/v1/limiters/x/lowest",
+		"/v1/forward-auth", "/v1/limiters", "/v1/limiters/x", "/v1/limiters/x/available", "/v1/limiters/x/lowest",
 		"/v1/tenants/192.0.2.1/available", "/v1/tenants/lowest", "/v1/tenants/policy",
 	}
 	if !slices.Equal(paths, want) {

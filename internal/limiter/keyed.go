@@ -2,6 +2,9 @@ package limiter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -75,6 +78,21 @@ func CheckKey(key string) error {
 		}
 	}
 	return nil
+}
+
+// DigestKey is the key that stands for parts where they cannot be a key
+// as they are (too long, control characters, or ambiguous when joined):
+// '#' and 32 characters of the SHA-256 of the parts, each prefixed with
+// its length, which no key that does not start with '#' can equal.
+func DigestKey(parts ...string) string {
+	h := sha256.New()
+	var size [8]byte
+	for _, s := range parts {
+		binary.BigEndian.PutUint64(size[:], uint64(len(s)))
+		h.Write(size[:])
+		h.Write([]byte(s))
+	}
+	return "#" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:24])
 }
 
 // CheckKeyed reports why def's keyed settings are invalid, wrapping

@@ -1,9 +1,6 @@
 package rls
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/binary"
 	"strings"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -98,14 +95,9 @@ func Key(entries []Entry, values []string) string {
 			return k
 		}
 	}
-	h := sha256.New()
-	var size [8]byte
+	parts := make([]string, 0, 2*len(entries))
 	for i, e := range entries {
-		for _, s := range []string{e.Key, values[i]} {
-			binary.BigEndian.PutUint64(size[:], uint64(len(s)))
-			h.Write(size[:])
-			h.Write([]byte(s))
-		}
+		parts = append(parts, e.Key, values[i])
 	}
-	return "#" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:24])
+	return limiter.DigestKey(parts...)
 }

@@ -1,0 +1,227 @@
+package forwardauth
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Forwarding headers a ClientIP reads the chain of proxies from.
+const (
+	XForwardedFor = "x-forwarded-for"
+	Forwarded     = "forwarded" // RFC 7239
+)
+
+// MaxHops is the most addresses a ClientIP reads from a forwarding header,
+// from its right: a chain of proxies longer than that is not one anybody
+// runs, and the bound keeps the work per request small whatever a client
+// sends.
+const MaxHops = 32
+
+// MaxTrustedHops is the largest ClientIP.Hops.
+const MaxTrustedHops = MaxHops
+
+// ClientIP finds the address of the client a request comes from, which no
+// client can choose. Each proxy appends to the forwarding header the
+// address it got the request from, so only the right end of the header,
+// written by proxies one trusts, can be believed; whatever lies further
+// left was written by the client, or by proxies it chose.
+//
+// The chain is the header's addresses, left to right (all its lines in
+// order, as RFC 9110 joins repeated fields), then the socket's peer
+// address. With Trusted, the client is the rightmost address of the chain
+// that is not in a trusted range; with Hops, it is the address Hops places
+// left of the peer, the peer being the last of Hops proxies. With neither
+// (the zero ClientIP), the client is the peer and the header is ignored.
+//
+// A chain that cannot name the client that way (a malformed address, an
+// obfuscated Forwarded node such as "unknown" or "_hidden", an address
+// with a zone, more than MaxHops addresses, fewer addresses than Hops)
+// yields the peer, as Source reports: never an address to the left of
+// the problem, which a client could have written.
+type ClientIP struct {
+	// Trusted are the proxies' address ranges; IPv4-mapped IPv6 addresses
+	// are matched as IPv4.
+	Trusted []netip.Prefix
+	// Hops is the number of proxies in front of the service, from 1 to
+	// MaxTrustedHops; 0 uses Trusted. At most one of Hops and Trusted may
+	// be set.
+	Hops int
+	// Header is XForwardedFor (the zero value means it) or Forwarded.
+	Header string
+}
+
+// Source says where a ClientIP found the client's address.
+type Source uint8
+
+const (
+	// FromPeer: the socket's peer is the client, since it is not a trusted
+	// proxy.
+	FromPeer Source = iota
+	// FromHeader: the forwarding header named the client.
+	FromHeader
+	// FromPeerFallback: the peer is a trusted proxy, but the header could
+	// not name the client (see ClientIP); the peer stands for it.
+	FromPeerFallback
+)
+
+// String returns "peer", "header" or "peer-fallback".
+func (s Source) String() string {
+	switch s {
+	case FromHeader:
+		return "header"
+	case FromPeerFallback:
+		return "peer-fallback"
+	}
+	return "peer"
+}
+
+// Check reports why c cannot be used.
+func (c ClientIP) Check() error {
+	switch {
+	case c.Header != "" && c.Header != XForwardedFor && c.Header != Forwarded:
+		return fmt.Errorf("forwardauth: unknown forwarding header %q (want %q or %q)", c.Header, XForwardedFor, Forwarded)
+	case c.Hops < 0 || c.Hops > MaxTrustedHops:
+		return fmt.Errorf("forwardauth: trusted hops must be between 0 and %d, got %d", MaxTrustedHops, c.Hops)
+	case c.Hops > 0 && len(c.Trusted) > 0:
+		return errors.New("forwardauth: set trusted proxies or trusted hops, not both")
+	}
+	return nil
+}
+
+// Resolve returns the client's address of a request from the socket peer
+// peer (an address, with or without a port) and the values of the
+// forwarding header, one per line received. IPv4-mapped IPv6 addresses
+// come back as IPv4. ok is false only when peer itself is no address.
+func (c ClientIP) Resolve(peer string, header []string) (client netip.Addr, src Source, ok bool) {
+	p, ok := parseHop(peer)
+	if !ok {
+		return netip.Addr{}, FromPeer, false
+	}
+	if c.Hops == 0 && !c.trusts(p) {
+		return p, FromPeer, true
+	}
+	hops, ok := c.chain(header)
+	if !ok {
+		return p, FromPeerFallback, true
+	}
+	if c.Hops > 0 {
+		// The peer is the last proxy; the header's last Hops-1 addresses
+		// are the others, and the one before them is the client.
+		i := len(hops) - c.Hops
+		if i < 0 || !hops[i].IsValid() {
+			return p, FromPeerFallback, true
+		}
+		return hops[i], FromHeader, true
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		a := hops[i]
+		if !a.IsValid() {
+			return p, FromPeerFallback, true
+		}
+		if !c.trusts(a) {
+			return a, FromHeader, true
+		}
+	}
+	// Every address is a trusted proxy's: the leftmost stands for the
+	// client, as the closest to it that can be believed.
+	if len(hops) > 0 {
+		return hops[0], FromHeader, true
+	}
+	return p, FromPeerFallback, true
+}
+
+func (c ClientIP) trusts(a netip.Addr) bool {
+	for _, p := range c.Trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// chain returns the header's last MaxHops addresses, left to right, an
+// invalid netip.Addr standing for each element that is not an address;
+// ok is false when the header holds more than MaxHops elements.
+func (c ClientIP) chain(header []string) (hops []netip.Addr, ok bool) {
+	n := 0
+	for _, line := range header {
+		n += strings.Count(line, ",") + 1
+		if n > MaxHops {
+			return nil, false
+		}
+	}
+	hops = make([]netip.Addr, 0, n)
+	for _, line := range header {
+		for elem := range strings.SplitSeq(line, ",") {
+			var a netip.Addr
+			if c.Header == Forwarded {
+				a, _ = forwardedFor(elem)
+			} else {
+				a, _ = parseHop(strings.TrimSpace(elem))
+			}
+			hops = append(hops, a)
+		}
+	}
+	return hops, true
+}
+
+// parseHop reads one address of a chain: an IP address, optionally with a
+// port ("203.0.113.7:41000", "[2001:db8::1]:41000") or in brackets
+// ("[2001:db8::1]"), without a zone. IPv4-mapped addresses are unmapped.
+func parseHop(s string) (netip.Addr, bool) {
+	if s == "" || len(s) > len("[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535") {
+		return netip.Addr{}, false
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return unmap(ap.Addr())
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		s = s[1 : len(s)-1]
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return unmap(a)
+}
+
+func unmap(a netip.Addr) (netip.Addr, bool) {
+	if a.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
+
+// forwardedFor reads the for= parameter of one element of a Forwarded
+// header (RFC 7239): a token or a quoted string, its node an address with
+// an optional port, IPv6 in brackets. An element without for=, with two,
+// or whose node is obfuscated or unknown, yields false.
+func forwardedFor(elem string) (netip.Addr, bool) {
+	var node string
+	found := false
+	for pair := range strings.SplitSeq(elem, ";") {
+		name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || !strings.EqualFold(name, "for") {
+			continue
+		}
+		if found {
+			return netip.Addr{}, false
+		}
+		found = true
+		node = value
+		if strings.HasPrefix(value, `"`) {
+			u, err := strconv.Unquote(value)
+			if err != nil {
+				return netip.Addr{}, false
+			}
+			node = u
+		}
+	}
+	if !found {
+		return netip.Addr{}, false
+	}
+	return parseHop(node)
+}
