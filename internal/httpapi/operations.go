@@ -36,12 +36,12 @@ type operation struct {
 type fastKind uint8
 
 const (
-	fastNone    fastKind = iota
-	fastLimiter          // a limiter name in the path
-	fastTenant           // an IP address in the path
-	fastBatch            // a BatchAcquireRequest body
-	fastDecide           // a DecideRequest body, and an Idempotency-Key where declared
-	fastForwardAuth      // the forwarding headers of a proxy's auth subrequest; any method
+	fastNone        fastKind = iota
+	fastLimiter              // a limiter name in the path
+	fastTenant               // an IP address in the path
+	fastBatch                // a BatchAcquireRequest body
+	fastDecide               // a DecideRequest body, and an Idempotency-Key where declared
+	fastForwardAuth          // the forwarding headers of a proxy's auth subrequest; any method
 )
 
 // fastOperations are the hot operations. kin-openapi nearly doubles what
