@@ -15,9 +15,9 @@ const (
 )
 
 // MaxHops is the most addresses a ClientIP reads from a forwarding header,
-// from its right: a chain of proxies longer than that is not one anybody
-// runs, and the bound keeps the work per request small whatever a client
-// sends.
+// from its right: a chain of trusted proxies longer than that is not one
+// anybody runs, and the bound keeps the work per request small whatever a
+// client sends.
 const MaxHops = 32
 
 // MaxTrustedHops is the largest ClientIP.Hops.
@@ -38,9 +38,11 @@ const MaxTrustedHops = MaxHops
 //
 // A chain that cannot name the client that way (a malformed address, an
 // obfuscated Forwarded node such as "unknown" or "_hidden", an address
-// with a zone, more than MaxHops addresses, fewer addresses than Hops)
-// yields the peer, as Source reports: never an address to the left of
-// the problem, which a client could have written.
+// with a zone, MaxHops trusted addresses in a row, fewer addresses than
+// Hops) yields the peer, as Source reports: never an address to the left
+// of the problem, which a client could have written. Only the right end
+// of the header is read, up to the client: a client that sends a long
+// one gains nothing.
 type ClientIP struct {
 	// Trusted are the proxies' address ranges; IPv4-mapped IPv6 addresses
 	// are matched as IPv4.
@@ -103,21 +105,16 @@ func (c ClientIP) Resolve(peer string, header []string) (client netip.Addr, src 
 	if c.Hops == 0 && !c.trusts(p) {
 		return p, FromPeer, true
 	}
-	hops, ok := c.chain(header)
-	if !ok {
-		return p, FromPeerFallback, true
-	}
+	hops := c.chain(header)
 	if c.Hops > 0 {
 		// The peer is the last proxy; the header's last Hops-1 addresses
 		// are the others, and the one before them is the client.
-		i := len(hops) - c.Hops
-		if i < 0 || !hops[i].IsValid() {
+		if len(hops) < c.Hops || !hops[c.Hops-1].IsValid() {
 			return p, FromPeerFallback, true
 		}
-		return hops[i], FromHeader, true
+		return hops[c.Hops-1], FromHeader, true
 	}
-	for i := len(hops) - 1; i >= 0; i-- {
-		a := hops[i]
+	for _, a := range hops {
 		if !a.IsValid() {
 			return p, FromPeerFallback, true
 		}
@@ -125,10 +122,11 @@ func (c ClientIP) Resolve(peer string, header []string) (client netip.Addr, src 
 			return a, FromHeader, true
 		}
 	}
-	// Every address is a trusted proxy's: the leftmost stands for the
-	// client, as the closest to it that can be believed.
-	if len(hops) > 0 {
-		return hops[0], FromHeader, true
+	// Every address read is a trusted proxy's: the leftmost stands for the
+	// client, as the closest to it that can be believed, unless there are
+	// more than MaxHops of them.
+	if n := len(hops); n > 0 && n < MaxHops {
+		return hops[n-1], FromHeader, true
 	}
 	return p, FromPeerFallback, true
 }
@@ -142,20 +140,17 @@ func (c ClientIP) trusts(a netip.Addr) bool {
 	return false
 }
 
-// chain returns the header's last MaxHops addresses, left to right, an
-// invalid netip.Addr standing for each element that is not an address;
-// ok is false when the header holds more than MaxHops elements.
-func (c ClientIP) chain(header []string) (hops []netip.Addr, ok bool) {
-	n := 0
-	for _, line := range header {
-		n += strings.Count(line, ",") + 1
-		if n > MaxHops {
-			return nil, false
-		}
-	}
-	hops = make([]netip.Addr, 0, n)
-	for _, line := range header {
-		for elem := range strings.SplitSeq(line, ",") {
+// chain returns the header's addresses from the right, at most MaxHops
+// of them (all the header's lines are one list, in order), an invalid
+// netip.Addr standing for each element that is not an address. Only the
+// right end is read: whatever a client writes further left costs nothing.
+func (c ClientIP) chain(header []string) []netip.Addr {
+	var hops []netip.Addr
+	for i := len(header) - 1; i >= 0; i-- {
+		line := header[i]
+		for len(hops) < MaxHops {
+			j := strings.LastIndexByte(line, ',')
+			elem := line[j+1:]
 			var a netip.Addr
 			if c.Header == Forwarded {
 				a, _ = forwardedFor(elem)
@@ -163,9 +158,13 @@ func (c ClientIP) chain(header []string) (hops []netip.Addr, ok bool) {
 				a, _ = parseHop(strings.TrimSpace(elem))
 			}
 			hops = append(hops, a)
+			if j < 0 {
+				break
+			}
+			line = line[:j]
 		}
 	}
-	return hops, true
+	return hops
 }
 
 // parseHop reads one address of a chain: an IP address, optionally with a

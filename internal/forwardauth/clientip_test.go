@@ -15,7 +15,8 @@ import (
 func TestClientIPCannotBeSpoofed(t *testing.T) {
 	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
 	trusted := ClientIP{Trusted: proxies}
-	long := strings.Repeat("198.51.100.1, ", MaxHops) + "203.0.113.7"
+	long := strings.Repeat("198.51.100.1, ", 10*MaxHops) + "203.0.113.7"
+	trustedChain := strings.Repeat("10.0.0.9, ", MaxHops) + "10.0.0.8"
 	tests := []struct {
 		name   string
 		c      ClientIP
@@ -33,7 +34,8 @@ func TestClientIPCannotBeSpoofed(t *testing.T) {
 		{"malformed where the client should be: the peer", trusted, "10.0.0.1:80", []string{"203.0.113.7, garbage"}, "10.0.0.1", FromPeerFallback},
 		{"an empty last element: the peer", trusted, "10.0.0.1:80", []string{"203.0.113.7,"}, "10.0.0.1", FromPeerFallback},
 		{"no header from a proxy: the peer", trusted, "10.0.0.1:80", nil, "10.0.0.1", FromPeerFallback},
-		{"more than MaxHops addresses: the peer", trusted, "10.0.0.1:80", []string{long}, "10.0.0.1", FromPeerFallback},
+		{"a long header is read from the right only", trusted, "10.0.0.1:80", []string{long}, "203.0.113.7", FromHeader},
+		{"MaxHops trusted addresses in a row: the peer", trusted, "10.0.0.1:80", []string{trustedChain}, "10.0.0.1", FromPeerFallback},
 		{"a zone: the peer", trusted, "10.0.0.1:80", []string{"fe80::1%eth0"}, "10.0.0.1", FromPeerFallback},
 		{"spaces around addresses", trusted, "10.0.0.1:80", []string{" 6.6.6.6 ,\t203.0.113.7 "}, "203.0.113.7", FromHeader},
 		{"ports and brackets", trusted, "[fd00::1]:80", []string{"[2001:db8::1]:4711"}, "2001:db8::1", FromHeader},

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// The proxies' tests run nginx, Caddy and HAProxy, from Debian's packages,
+// as processes on loopback in front of a trivial upstream, with the
+// service as their auth service, configured by the files of
+// examples/forward-auth with only their addresses changed. Clients
+// connect from addresses of their own (127.0.0.2, 127.0.0.3, ...: Linux
+// routes all of 127/8 to the loopback), so that the proxy sees each as a
+// client apart; the proxies reach the service from 127.0.0.1, its one
+// trusted proxy.
+
+// exampleDir holds the configurations under test.
+const exampleDir = "../../examples/forward-auth"
+
+// Addresses the example files use, replaced by the test's.
+const (
+	exampleService  = "127.0.0.1:8080"
+	exampleUpstream = "127.0.0.1:3000"
+	exampleListen   = "8000"
+)
+
+// proxy is one reverse proxy under test.
+type proxy struct {
+	name string
+	bin  string // its executable, looked up on PATH
+	// denyStatus is what the service must answer a denial with for it.
+	denyStatus int
+	// start writes its configuration into dir and starts it, listening on
+	// port, asking service, forwarding to upstream.
+	start func(t *testing.T, bin, dir, port, service, upstream string) *exec.Cmd
+}
+
+// example reads an example file with the test's addresses in place of the
+// example's.
+func example(t *testing.T, name, port, service, upstream string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(exampleDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.NewReplacer(exampleService, service, exampleUpstream, upstream).Replace(string(b))
+	s = strings.ReplaceAll(s, "listen "+exampleListen+";", "listen 127.0.0.1:"+port+";")
+	s = strings.ReplaceAll(s, ":"+exampleListen+" {", "http://127.0.0.1:"+port+" {")
+	return strings.ReplaceAll(s, "bind :"+exampleListen, "bind 127.0.0.1:"+port)
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var proxies = []proxy{
+	{name: "nginx", bin: "nginx", denyStatus: http.StatusForbidden,
+		start: func(t *testing.T, bin, dir, port, service, upstream string) *exec.Cmd {
+			write(t, filepath.Join(dir, "app.conf"), example(t, "nginx.conf", port, service, upstream))
+			temp := func(name string) string { return filepath.Join(dir, name) }
+			write(t, temp("nginx.conf"), fmt.Sprintf(`worker_processes 1;
+error_log %s warn;
+pid %s;
+events { worker_connections 512; }
+http {
+    access_log off;
+    client_body_buffer_size 1m;
+    client_body_temp_path %s;
+    proxy_temp_path %s;
+    fastcgi_temp_path %s;
+    uwsgi_temp_path %s;
+    scgi_temp_path %s;
+    include %s;
+}
+`, temp("error.log"), temp("nginx.pid"), temp("body"), temp("proxy"), temp("fastcgi"), temp("uwsgi"), temp("scgi"), temp("app.conf")))
+			return exec.Command(bin, "-p", dir, "-c", temp("nginx.conf"), "-g", "daemon off;")
+		}},
+	{name: "Caddy", bin: "caddy", denyStatus: http.StatusTooManyRequests,
+		start: func(t *testing.T, bin, dir, port, service, upstream string) *exec.Cmd {
+			// No admin endpoint: it would listen on a fixed port.
+			write(t, filepath.Join(dir, "Caddyfile"), "{\n\tadmin off\n}\n\n"+example(t, "Caddyfile", port, service, upstream))
+			cmd := exec.Command(bin, "run", "--config", filepath.Join(dir, "Caddyfile"), "--adapter", "caddyfile")
+			cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+			return cmd
+		}},
+	{name: "HAProxy", bin: "haproxy", denyStatus: http.StatusTooManyRequests,
+		start: func(t *testing.T, bin, dir, port, service, upstream string) *exec.Cmd {
+			lua := filepath.Join(dir, "ratelimit.lua")
+			write(t, lua, example(t, "ratelimit.lua", port, service, upstream))
+			cfg := strings.ReplaceAll(example(t, "haproxy.cfg", port, service, upstream), "/etc/haproxy/ratelimit.lua", lua)
+			write(t, filepath.Join(dir, "haproxy.cfg"), cfg)
+			return exec.Command(bin, "-db", "-f", filepath.Join(dir, "haproxy.cfg"))
+		}},
+}
+
+// requireTool returns the path of bin, or skips t with a loud message, or
+// fails it under CI=true, as the Redis tests do without Docker.
+func requireTool(t *testing.T, bin string) string {
+	t.Helper()
+	path, err := exec.LookPath(bin)
+	if err == nil {
+		return path
+	}
+	msg := fmt.Sprintf("%s is not installed (Debian: apt-get install nginx caddy haproxy): the real-proxy tests need it", bin)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip("WARNING: skipped: " + msg)
+	return ""
+}
+
+// freePort returns a loopback port free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// upstream is the application behind the proxy: it counts the requests
+// that reach it, by the client address the proxy forwarded.
+type upstream struct {
+	mu   sync.Mutex
+	seen map[string]int
+	srv  *http.Server
+	addr string
+}
+
+func newUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{seen: make(map[string]int)}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.addr = l.Addr().String()
+	u.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		xff := r.Header.Values("X-Forwarded-For")
+		client := "?"
+		if len(xff) > 0 {
+			parts := strings.Split(xff[len(xff)-1], ",")
+			client = strings.TrimSpace(parts[len(parts)-1])
+		}
+		u.mu.Lock()
+		u.seen[client]++
+		u.mu.Unlock()
+		_, _ = io.WriteString(w, "hello\n")
+	})}
+	go u.srv.Serve(l)
+	t.Cleanup(func() { u.srv.Close() })
+	return u
+}
+
+func (u *upstream) count(client string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.seen[client]
+}
+
+// clientFrom is an HTTP client whose connections leave from the loopback
+// address ip.
+func clientFrom(ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	return &http.Client{
+		Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true},
+		Timeout:   10 * time.Second,
+	}
+}
+
+// answer is what a client got through the proxy.
+type answer struct {
+	status            int
+	retryAfter        string
+	rateLimit, policy string
+	body              string
+}
+
+func send(t *testing.T, c *http.Client, method, url string, header ...string) answer {
+	t.Helper()
+	var body io.Reader
+	if method == http.MethodPost {
+		// A body the proxy may or may not pass on: the service ignores it.
+		body = strings.NewReader(strings.Repeat("x", 100<<10))
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return answer{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"),
+		rateLimit: res.Header.Get("RateLimit"), policy: res.Header.Get("RateLimit-Policy"), body: string(b)}
+}
+
+// waitListening waits until something accepts connections at addr.
+func waitListening(t *testing.T, addr string, cmd *exec.Cmd, log string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if cmd.ProcessState != nil || time.Now().After(deadline) {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%s did not listen on %s: %v\n%s", cmd.Path, addr, err, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestForwardAuthBehindProxies: through each proxy, a client gets its
+// limit of 5 requests, then 429 with Retry-After from the proxy itself;
+// another client behind the same proxy is limited apart; a client that
+// forges X-Forwarded-For, Forwarded or many addresses is still limited as
+// itself, and cannot spend another client's limit; the upstream sees
+// exactly the requests that were allowed; and what the proxy forwards of
+// absurd requests (a 10 KB URI, an unknown method, a body) gets a clear
+// answer and charges only the client who sent it.
+func TestForwardAuthBehindProxies(t *testing.T) {
+	for _, p := range proxies {
+		t.Run(p.name, func(t *testing.T) {
+			bin := requireTool(t, p.bin)
+			dir := t.TempDir()
+			cfg, err := os.ReadFile(filepath.Join(exampleDir, "ratelimiter.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf := strings.Replace(string(cfg), "deny_status: 429", "deny_status: "+strconv.Itoa(p.denyStatus), 1)
+			base, _, _, _ := start(t, []string{"--listen", "127.0.0.1:0", "--grpc-listen", "", "--trusted-proxies", "127.0.0.1"},
+				map[string]string{"RATELIMITER_CONFIG": configFile(t, conf)})
+			service := strings.TrimPrefix(base, "http://")
+			up := newUpstream(t)
+			port := freePort(t)
+			cmd := p.start(t, bin, dir, port, service, up.addr)
+			logPath := filepath.Join(dir, "proxy.log")
+			logFile, err := os.Create(logPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stdout, cmd.Stderr = logFile, logFile
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(exited) }()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-exited
+				logFile.Close()
+			})
+			waitListening(t, "127.0.0.1:"+port, cmd, logPath)
+			url := "http://127.0.0.1:" + port
+
+			alice, bob, mallory := clientFrom("127.0.0.2"), clientFrom("127.0.0.3"), clientFrom("127.0.0.4")
+			for i := range 5 {
+				a := send(t, alice, http.MethodGet, url+"/page")
+				if a.status != http.StatusOK || a.body != "hello\n" {
+					t.Fatalf("alice's request %d: got %d %q, want 200 from the upstream", i+1, a.status, a.body)
+				}
+			}
+			denied := send(t, alice, http.MethodGet, url+"/page")
+			if denied.status != http.StatusTooManyRequests {
+				t.Fatalf("alice's 6th request: got %d %q, want 429", denied.status, denied.body)
+			}
+			if s, err := strconv.Atoi(denied.retryAfter); err != nil || s < 1 || s > 12 {
+				t.Errorf("Retry-After: got %q, want 1 to 12 seconds (a permit every 12 s)", denied.retryAfter)
+			}
+			if !strings.Contains(denied.rateLimit, `"per-ip";r=0`) {
+				t.Errorf("RateLimit on the denial: got %q, want per-ip with nothing left", denied.rateLimit)
+			}
+			// Forged forwarding headers: alice is alice.
+			for _, forged := range [][]string{
+				{"X-Forwarded-For", "198.51.100.9"},
+				{"X-Forwarded-For", "127.0.0.3"},
+				{"Forwarded", "for=198.51.100.9"},
+				{"X-Forwarded-For", strings.Repeat("198.51.100.1, ", 200) + "198.51.100.2"},
+				{"X-Forwarded-For", "198.51.100.9", "X-Forwarded-For", "198.51.100.10"},
+				{"X-Forwarded-For", "garbage, ::1, [", "X-Real-IP", "198.51.100.9"},
+			} {
+				if a := send(t, alice, http.MethodGet, url+"/page", forged...); a.status != http.StatusTooManyRequests {
+					t.Errorf("alice forging %q: got %d %q, want 429 (limited as herself)", forged, a.status, a.body)
+				}
+			}
+			// Bob is limited apart; mallory, forging bob's address, spends
+			// her own limit, not his.
+			for i := range 5 {
+				if a := send(t, mallory, http.MethodGet, url+"/page", "X-Forwarded-For", "127.0.0.3"); a.status != http.StatusOK {
+					t.Fatalf("mallory's request %d: got %d %q, want 200", i+1, a.status, a.body)
+				}
+			}
+			if a := send(t, mallory, http.MethodGet, url+"/page", "X-Forwarded-For", "127.0.0.3"); a.status != http.StatusTooManyRequests {
+				t.Errorf("mallory's 6th request: got %d, want 429", a.status)
+			}
+			// Absurd requests from bob: each gets a clear answer, and only
+			// those that reach the upstream are charged to him.
+			long := url + "/" + strings.Repeat("a", 10<<10)
+			absurd := []struct {
+				method, url string
+				header      []string
+			}{
+				{http.MethodGet, long, nil},
+				{"PURGE", url + "/page", nil},
+				{http.MethodPost, url + "/upload", []string{"Content-Type", "application/octet-stream"}},
+			}
+			passed := 0
+			for _, r := range absurd {
+				a := send(t, bob, r.method, r.url, r.header...)
+				switch {
+				case a.status == http.StatusOK:
+					passed++
+				case a.status >= 500:
+					t.Errorf("bob's %s of %d bytes: got %d %q, want a clear answer, not a 5xx", r.method, len(r.url), a.status, a.body)
+				}
+			}
+			for i := passed; i < 5; i++ {
+				if a := send(t, bob, http.MethodGet, url+"/page"); a.status != http.StatusOK {
+					t.Fatalf("bob's request %d after %d absurd ones that passed: got %d %q, want 200", i+1, passed, a.status, a.body)
+				}
+			}
+			if a := send(t, bob, http.MethodGet, url+"/page"); a.status != http.StatusTooManyRequests {
+				t.Errorf("bob's 6th request: got %d, want 429", a.status)
+			}
+			// The upstream saw exactly the allowed requests.
+			for client, want := range map[string]int{"127.0.0.2": 5, "127.0.0.3": 5, "127.0.0.4": 5} {
+				if got := up.count(client); got != want {
+					t.Errorf("the upstream saw %d requests from %s, want %d", got, client, want)
+				}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			for _, key := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/limiters/per-ip/available?key="+key, nil)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if !strings.Contains(string(b), `"remaining":0`) {
+					t.Errorf("per-ip of %s: got %s, want nothing left", key, b)
+				}
+			}
+		})
+	}
+}
+
+// TestTraefikExample checks the shape of the Traefik example, which the
+// suite cannot run (see the README): its router goes through a
+// forwardAuth middleware that asks the service's endpoint and hands the
+// RateLimit headers on.
+func TestTraefikExample(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(exampleDir, "traefik.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		HTTP struct {
+			Routers map[string]struct {
+				Rule        string   `yaml:"rule"`
+				EntryPoints []string `yaml:"entryPoints"`
+				Middlewares []string `yaml:"middlewares"`
+				Service     string   `yaml:"service"`
+			} `yaml:"routers"`
+			Middlewares map[string]struct {
+				ForwardAuth *struct {
+					Address             string   `yaml:"address"`
+					AuthResponseHeaders []string `yaml:"authResponseHeaders"`
+				} `yaml:"forwardAuth"`
+			} `yaml:"middlewares"`
+			Services map[string]struct {
+				LoadBalancer struct {
+					Servers []struct {
+						URL string `yaml:"url"`
+					} `yaml:"servers"`
+				} `yaml:"loadBalancer"`
+			} `yaml:"services"`
+		} `yaml:"http"`
+	}
+	if err := yaml.UnmarshalWithOptions(b, &cfg, yaml.Strict()); err != nil {
+		t.Fatal(err)
+	}
+	router, ok := cfg.HTTP.Routers["app"]
+	if !ok || len(router.Middlewares) != 1 {
+		t.Fatalf("router app: got %+v, want one middleware", cfg.HTTP.Routers)
+	}
+	fa := cfg.HTTP.Middlewares[router.Middlewares[0]].ForwardAuth
+	if fa == nil || fa.Address != "http://"+exampleService+"/v1/forward-auth" {
+		t.Errorf("forwardAuth: got %+v, want the address http://%s/v1/forward-auth", fa, exampleService)
+	} else if !slices.Contains(fa.AuthResponseHeaders, "RateLimit") || !slices.Contains(fa.AuthResponseHeaders, "RateLimit-Policy") {
+		t.Errorf("authResponseHeaders: got %v, want RateLimit and RateLimit-Policy", fa.AuthResponseHeaders)
+	}
+	if s := cfg.HTTP.Services[router.Service].LoadBalancer.Servers; len(s) != 1 || s[0].URL != "http://"+exampleUpstream {
+		t.Errorf("service: got %+v, want the upstream http://%s", s, exampleUpstream)
+	}
+}

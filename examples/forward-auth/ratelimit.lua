@@ -1,0 +1,54 @@
+-- An HAProxy action that asks ratelimiter whether a request may pass:
+-- "http-request lua.ratelimit" (see haproxy.cfg). A denial is answered
+-- to the client as ratelimiter wrote it (429, Retry-After, the RateLimit
+-- headers, a problem); so is any answer but 200, so that a misconfigured
+-- service is seen rather than ignored.
+local auth = "http://127.0.0.1:8080/v1/forward-auth"
+
+-- first returns the first value of a header of an httpclient response.
+local function first(headers, name)
+  local v = headers and headers[name]
+  if type(v) == "table" then
+    return v[0] or v[1]
+  end
+  return v
+end
+
+core.register_action("ratelimit", {"http-req"}, function(txn)
+  -- The client's address, appended to whatever the client sent:
+  -- ratelimiter reads it from the right.
+  local xff = txn.f:src()
+  local sent = txn.f:req_fhdr("x-forwarded-for")
+  if sent and sent ~= "" then
+    xff = sent .. ", " .. xff
+  end
+  local res = core.httpclient():get{
+    url = auth,
+    timeout = 1000,
+    headers = {
+      ["x-forwarded-method"] = {txn.f:method()},
+      ["x-forwarded-uri"] = {txn.f:url()},
+      ["x-forwarded-host"] = {txn.f:req_hdr("host") or ""},
+      ["x-forwarded-for"] = {xff},
+    },
+  }
+  if res and res.status == 200 then
+    local rl, policy = first(res.headers, "ratelimit"), first(res.headers, "ratelimit-policy")
+    if rl then
+      txn:set_var("txn.ratelimit", rl)
+      txn:set_var("txn.ratelimit_policy", policy or "")
+    end
+    return
+  end
+  local reply = txn:reply{status = res and res.status or 503}
+  if res then
+    for _, name in ipairs({"retry-after", "ratelimit", "ratelimit-policy", "content-type", "ratelimiter-degraded"}) do
+      local v = first(res.headers, name)
+      if v then
+        reply:add_header(name, v)
+      end
+    end
+    reply:set_body(res.body or "")
+  end
+  txn:done(reply)
+end)
