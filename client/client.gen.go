@@ -852,6 +852,11 @@ type TenantIP = string
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type BadRequest = Problem
 
+// ForwardAuthDenied An RFC 9457 problem detail.
+//
+// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+type ForwardAuthDenied = Problem
+
 // IdempotencyMismatch An RFC 9457 problem detail.
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
@@ -1289,6 +1294,36 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/decide (the `Decide` operationId).
 	Decide(ctx context.Context, params *DecideParams, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardAuth May a request pass the proxy?
+	//
+	// The auth subrequest of a reverse proxy (nginx `auth_request`,
+	// Traefik `ForwardAuth`, Caddy `forward_auth`, HAProxy): the request
+	// it describes is charged against the limiters of the rules of the
+	// configuration's `forward_auth` section that match it, all or
+	// nothing, each under its key (the client's address, a header's
+	// value, or none). **Any method is accepted** (a proxy sends the
+	// original request's method, or a GET), and a body is ignored.
+	//
+	// What the original request was is read from the headers the proxy
+	// sets: `X-Forwarded-Method` (else `X-Original-Method`, else this
+	// request's method), `X-Forwarded-Host` (else `Host`),
+	// `X-Forwarded-Uri` (else `X-Original-URI`; required when a rule
+	// matches by path), and the client's address from the socket's
+	// peer and, when that peer is a trusted proxy
+	// (`--trusted-proxies` or `--trusted-hops`), from
+	// `X-Forwarded-For` or `Forwarded` (`--forwarded-header`).
+	//
+	// Allowed: `200`, with the `RateLimit` headers of the limits
+	// charged, which the proxy may copy to its answer. Denied: the
+	// configured status (`429`, or `403` for nginx, whose
+	// `auth_request` turns any other into a `500`), with `Retry-After`
+	// and a problem. When the backend cannot answer, `fail-open`
+	// allows with `Ratelimiter-Degraded: true` and `fail-closed`
+	// denies; never a `5xx`.
+	//
+	// Corresponds with GET /v1/forward-auth (the `ForwardAuth` operationId).
+	ForwardAuth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLimiters List limiters
 	//
@@ -1877,6 +1912,46 @@ func (c *Client) DecideWithBody(ctx context.Context, params *DecideParams, conte
 // Corresponds with POST /v1/decide (the `Decide` operationId).
 func (c *Client) Decide(ctx context.Context, params *DecideParams, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDecideRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardAuth May a request pass the proxy?
+//
+// The auth subrequest of a reverse proxy (nginx `auth_request`,
+// Traefik `ForwardAuth`, Caddy `forward_auth`, HAProxy): the request
+// it describes is charged against the limiters of the rules of the
+// configuration's `forward_auth` section that match it, all or
+// nothing, each under its key (the client's address, a header's
+// value, or none). **Any method is accepted** (a proxy sends the
+// original request's method, or a GET), and a body is ignored.
+//
+// What the original request was is read from the headers the proxy
+// sets: `X-Forwarded-Method` (else `X-Original-Method`, else this
+// request's method), `X-Forwarded-Host` (else `Host`),
+// `X-Forwarded-Uri` (else `X-Original-URI`; required when a rule
+// matches by path), and the client's address from the socket's
+// peer and, when that peer is a trusted proxy
+// (`--trusted-proxies` or `--trusted-hops`), from
+// `X-Forwarded-For` or `Forwarded` (`--forwarded-header`).
+//
+// Allowed: `200`, with the `RateLimit` headers of the limits
+// charged, which the proxy may copy to its answer. Denied: the
+// configured status (`429`, or `403` for nginx, whose
+// `auth_request` turns any other into a `500`), with `Retry-After`
+// and a problem. When the backend cannot answer, `fail-open`
+// allows with `Ratelimiter-Degraded: true` and `fail-closed`
+// denies; never a `5xx`.
+//
+// Corresponds with GET /v1/forward-auth (the `ForwardAuth` operationId).
+func (c *Client) ForwardAuth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardAuthRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2687,6 +2762,33 @@ func NewDecideRequestWithBody(server string, params *DecideParams, contentType s
 			req.Header.Set("Idempotency-Key", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewForwardAuthRequest constructs an http.Request for the ForwardAuth method
+func NewForwardAuthRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/forward-auth")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -3681,6 +3783,38 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/decide (the `Decide` operationId).
 	DecideWithResponse(ctx context.Context, params *DecideParams, body DecideJSONRequestBody, reqEditors ...RequestEditorFn) (*DecideResponse, error)
 
+	// ForwardAuthWithResponse May a request pass the proxy?
+	//
+	// The auth subrequest of a reverse proxy (nginx `auth_request`,
+	// Traefik `ForwardAuth`, Caddy `forward_auth`, HAProxy): the request
+	// it describes is charged against the limiters of the rules of the
+	// configuration's `forward_auth` section that match it, all or
+	// nothing, each under its key (the client's address, a header's
+	// value, or none). **Any method is accepted** (a proxy sends the
+	// original request's method, or a GET), and a body is ignored.
+	//
+	// What the original request was is read from the headers the proxy
+	// sets: `X-Forwarded-Method` (else `X-Original-Method`, else this
+	// request's method), `X-Forwarded-Host` (else `Host`),
+	// `X-Forwarded-Uri` (else `X-Original-URI`; required when a rule
+	// matches by path), and the client's address from the socket's
+	// peer and, when that peer is a trusted proxy
+	// (`--trusted-proxies` or `--trusted-hops`), from
+	// `X-Forwarded-For` or `Forwarded` (`--forwarded-header`).
+	//
+	// Allowed: `200`, with the `RateLimit` headers of the limits
+	// charged, which the proxy may copy to its answer. Denied: the
+	// configured status (`429`, or `403` for nginx, whose
+	// `auth_request` turns any other into a `500`), with `Retry-After`
+	// and a problem. When the backend cannot answer, `fail-open`
+	// allows with `Ratelimiter-Degraded: true` and `fail-closed`
+	// denies; never a `5xx`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/forward-auth (the `ForwardAuth` operationId).
+	ForwardAuthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ForwardAuthResponse, error)
+
 	// ListLimitersWithResponse List limiters
 	//
 	// Lists limiters in name order, a page at a time. When more remain,
@@ -4456,6 +4590,95 @@ func (r DecideResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DecideResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForwardAuthResponse200Headers the declared response headers of an HTTP 200 response for ForwardAuth
+type ForwardAuthResponse200Headers struct {
+	RateLimit           string
+	RateLimitPolicy     string
+	RatelimiterDegraded *string
+}
+
+// ForwardAuthResponse403Headers the declared response headers of an HTTP 403 response for ForwardAuth
+type ForwardAuthResponse403Headers struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      int64
+}
+
+// ForwardAuthResponse429Headers the declared response headers of an HTTP 429 response for ForwardAuth
+type ForwardAuthResponse429Headers struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      int64
+}
+
+type ForwardAuthResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *ForwardAuthDenied
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *ForwardAuthDenied
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ForwardAuthResponse200Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ForwardAuthResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ForwardAuthResponse429Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON400() *BadRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON403() *ForwardAuthDenied {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON429() *ForwardAuthDenied {
+	return r.ApplicationProblemJSON429
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardAuthResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardAuthResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardAuthResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardAuthResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5997,6 +6220,44 @@ func (c *ClientWithResponses) DecideWithResponse(ctx context.Context, params *De
 	return ParseDecideResponse(rsp)
 }
 
+// ForwardAuthWithResponse May a request pass the proxy?
+//
+// The auth subrequest of a reverse proxy (nginx `auth_request`,
+// Traefik `ForwardAuth`, Caddy `forward_auth`, HAProxy): the request
+// it describes is charged against the limiters of the rules of the
+// configuration's `forward_auth` section that match it, all or
+// nothing, each under its key (the client's address, a header's
+// value, or none). **Any method is accepted** (a proxy sends the
+// original request's method, or a GET), and a body is ignored.
+//
+// What the original request was is read from the headers the proxy
+// sets: `X-Forwarded-Method` (else `X-Original-Method`, else this
+// request's method), `X-Forwarded-Host` (else `Host`),
+// `X-Forwarded-Uri` (else `X-Original-URI`; required when a rule
+// matches by path), and the client's address from the socket's
+// peer and, when that peer is a trusted proxy
+// (`--trusted-proxies` or `--trusted-hops`), from
+// `X-Forwarded-For` or `Forwarded` (`--forwarded-header`).
+//
+// Allowed: `200`, with the `RateLimit` headers of the limits
+// charged, which the proxy may copy to its answer. Denied: the
+// configured status (`429`, or `403` for nginx, whose
+// `auth_request` turns any other into a `500`), with `Retry-After`
+// and a problem. When the backend cannot answer, `fail-open`
+// allows with `Ratelimiter-Degraded: true` and `fail-closed`
+// denies; never a `5xx`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/forward-auth (the `ForwardAuth` operationId).
+func (c *ClientWithResponses) ForwardAuthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ForwardAuthResponse, error) {
+	rsp, err := c.ForwardAuth(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardAuthResponse(rsp)
+}
+
 // ListLimitersWithResponse List limiters
 //
 // Lists limiters in name order, a page at a time. When more remain,
@@ -6841,6 +7102,131 @@ func ParseDecideResponse(rsp *http.Response) (*DecideResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForwardAuthResponse parses an HTTP response from a ForwardAuthWithResponse call
+func ParseForwardAuthResponse(rsp *http.Response) (*ForwardAuthResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardAuthResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ForwardAuthDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ForwardAuthDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ForwardAuthResponse200Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Ratelimiter-Degraded"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Ratelimiter-Degraded", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RatelimiterDegraded = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 403:
+		var headers ForwardAuthResponse403Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ForwardAuthResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
