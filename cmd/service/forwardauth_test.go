@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -127,4 +128,62 @@ func TestForwardAuthAcrossReplicas(t *testing.T) {
 		}
 	}
 	t.Logf("answers %v; passed by client %v, by key %v", statuses, byClient, byKey)
+}
+
+// TestForwardAuthAnswers: through the generated client, as a person
+// asking by hand would, on the memory backend. An allowed request is a
+// 200 with the verdict on its limits; one over a limit is the deny status
+// with a problem and Retry-After, and takes nothing; a request that
+// matches no rule passes with a verdict of no items.
+func TestForwardAuthAnswers(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	const cfg = `limiters:
+  - {name: per-ip, limit: 2, period: 8000h, keyed: true}
+forward_auth:
+  rules:
+    - {limiter: per-ip, key: client_ip, path_prefix: /api/}
+`
+	base, _, _, _ := start(t, []string{"--listen", "127.0.0.1:0"}, map[string]string{"RATELIMITER_CONFIG": configFile(t, cfg)})
+	c, err := client.NewClientWithResponses(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(uri string) *client.ForwardAuthResponse {
+		t.Helper()
+		res, err := c.ForwardAuthWithResponse(t.Context(), func(_ context.Context, req *http.Request) error {
+			req.Header.Set("X-Forwarded-Uri", uri)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for want := int64(1); want >= 0; want-- {
+		res := ask("/api/items?page=2")
+		v := res.JSON200
+		if v == nil {
+			t.Fatalf("allowed request: got %s %s, want 200 and a verdict", res.Status(), res.Body)
+		}
+		if !v.Allowed || len(v.Items) != 1 || v.Items[0].Limiter != "per-ip" || v.Items[0].Key == nil || *v.Items[0].Key != "127.0.0.1" || v.Items[0].Remaining != want {
+			t.Errorf("allowed request: got %s, want per-ip of 127.0.0.1 allowed with %d left", res.Body, want)
+		}
+		if res.HTTPResponse.Header.Get("Ratelimit") == "" {
+			t.Errorf("allowed request: no RateLimit header")
+		}
+	}
+	res := ask("/api/items")
+	if p := res.ApplicationProblemJSON429; p == nil || p.Status != http.StatusTooManyRequests || p.Detail == nil || !strings.Contains(*p.Detail, "per-ip") {
+		t.Errorf("request over the limit: got %s %s, want a 429 problem naming per-ip", res.Status(), res.Body)
+	}
+	if res.HTTPResponse.Header.Get("Retry-After") == "" {
+		t.Errorf("request over the limit: no Retry-After")
+	}
+	if got := remaining(t, base, "per-ip", "127.0.0.1"); got != 0 {
+		t.Errorf("per-ip after the denial: %d left, want 0", got)
+	}
+	res = ask("/static/logo.png")
+	if v := res.JSON200; v == nil || !v.Allowed || len(v.Items) != 0 {
+		t.Errorf("unmatched request: got %s %s, want 200 and a verdict of no items", res.Status(), res.Body)
+	}
 }
