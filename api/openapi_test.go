@@ -86,7 +86,7 @@ func TestEveryOperationIsDocumented(t *testing.T) {
 				t.Fatal("no responses")
 			}
 			for code, ref := range op.Responses.Map() {
-				checkResponse(t, code, ref.Value)
+				checkResponse(t, code, ref.Value, bodiless[op.OperationID] == code)
 			}
 		})
 	}
@@ -102,7 +102,13 @@ func checkParameter(t *testing.T, p *openapi3.Parameter) {
 	}
 }
 
-func checkResponse(t *testing.T, code string, r *openapi3.Response) {
+// bodiless names the one answer other than a 204 that has no body, by
+// operation: the allowed answer of forward-auth is a 200, as proxies
+// expect, and empty, because nginx's auth_request closes its connection
+// to the service after an answer with a body.
+var bodiless = map[string]string{"forwardAuth": "200"}
+
+func checkResponse(t *testing.T, code string, r *openapi3.Response, empty bool) {
 	t.Helper()
 	status, err := strconv.Atoi(code)
 	if err != nil {
@@ -112,9 +118,9 @@ func checkResponse(t *testing.T, code string, r *openapi3.Response) {
 	if r.Description == nil || strings.TrimSpace(*r.Description) == "" {
 		t.Errorf("response %d has no description", status)
 	}
-	if status == 204 {
+	if status == 204 || empty {
 		if len(r.Content) != 0 {
-			t.Errorf("response 204 has content")
+			t.Errorf("response %d has content", status)
 		}
 		return
 	}

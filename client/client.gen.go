@@ -4620,8 +4620,6 @@ type ForwardAuthResponse429Headers struct {
 type ForwardAuthResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Verdict
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -4636,11 +4634,6 @@ type ForwardAuthResponse struct {
 	Headers403 *ForwardAuthResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ForwardAuthResponse429Headers
-}
-
-// GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r ForwardAuthResponse) GetJSON200() *Verdict {
-	return r.JSON200
 }
 
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -7128,12 +7121,8 @@ func ParseForwardAuthResponse(rsp *http.Response) (*ForwardAuthResponse, error) 
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Verdict
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON200 = &dest
+	case rsp.StatusCode == 200:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest BadRequest

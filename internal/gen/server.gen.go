@@ -1659,26 +1659,18 @@ type ForwardAuth200ResponseHeaders struct {
 	RatelimiterDegraded *string
 }
 
-type ForwardAuth200JSONResponse struct {
-	Body    Verdict
+type ForwardAuth200Response struct {
 	Headers ForwardAuth200ResponseHeaders
 }
 
-func (response ForwardAuth200JSONResponse) VisitForwardAuthResponse(w http.ResponseWriter) error {
-
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/json")
+func (response ForwardAuth200Response) VisitForwardAuthResponse(w http.ResponseWriter) error {
 	w.Header().Set("RateLimit", fmt.Sprint(response.Headers.RateLimit))
 	w.Header().Set("RateLimit-Policy", fmt.Sprint(response.Headers.RateLimitPolicy))
 	if response.Headers.RatelimiterDegraded != nil {
 		w.Header().Set("Ratelimiter-Degraded", fmt.Sprint(*response.Headers.RatelimiterDegraded))
 	}
 	w.WriteHeader(200)
-	_, err := buf.WriteTo(w)
-	return err
+	return nil
 }
 
 type ForwardAuth400ApplicationProblemPlusJSONResponse struct {

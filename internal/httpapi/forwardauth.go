@@ -93,41 +93,41 @@ func (s *server) ForwardAuth(ctx context.Context, _ gen.ForwardAuthRequestObject
 			s.tel.decided(c.Name, limiter.Decision{Permits: c.Permits, Allowed: a.Verdict.Allowed, Degraded: a.Verdict.Degraded})
 		}
 	}
-	v := a.Verdict
-	switch {
-	case a.Failed != nil:
-		v = limiter.Verdict{Degraded: true}
-	case len(a.Items) == 0:
-		v = limiter.Verdict{}
+	ans := &forwardAnswer{a: a, status: http.StatusOK}
+	if !a.Allowed {
+		ans.status = s.forward.Config().DenyStatus
 	}
-	// The verdict is the body of an allowed answer; a failure answered
-	// by the failure mode allows as the answer says.
-	v.Allowed = a.Allowed
-	ans := &forwardAnswer{a: a, status: s.forward.Config().DenyStatus, verdict: s.verdictAnswer(ctx, v)}
+	if len(a.Items) > 0 && !a.Degraded() {
+		v := s.verdictAnswer(ctx, a.Verdict)
+		ans.policy, ans.rateLimit = v.policy, v.rateLimit
+	}
 	return ans, nil
 }
 
-// forwardAnswer is the answer to a proxy: 200 and the verdict when the
-// request may pass, the deny status otherwise, with a problem saying why.
+// forwardAnswer is the answer to a proxy: 200 when the request may pass,
+// the deny status otherwise, with a problem saying why. The 200 has no
+// body: nginx's auth_request reads only an answer's status and headers,
+// and closes its connection to the service when a body follows them.
 type forwardAnswer struct {
-	a       forwardauth.Answer
-	status  int // when denied
-	verdict *verdictAnswer
+	a                 forwardauth.Answer
+	status            int
+	policy, rateLimit string
 }
 
 var _ gen.ForwardAuthResponseObject = (*forwardAnswer)(nil)
 
 func (f *forwardAnswer) VisitForwardAuthResponse(w http.ResponseWriter) error {
 	h := w.Header()
+	if f.policy != "" {
+		h.Set(hdrPolicy, f.policy)
+		h.Set(hdrRateLimit, f.rateLimit)
+	}
 	if f.a.Degraded() {
 		h.Set(hdrDegraded, "true")
 	}
 	if f.a.Allowed {
-		return f.verdict.write(w)
-	}
-	if f.verdict.policy != "" {
-		h.Set(hdrPolicy, f.verdict.policy)
-		h.Set(hdrRateLimit, f.verdict.rateLimit)
+		w.WriteHeader(http.StatusOK)
+		return nil
 	}
 	retry, detail := f.denial()
 	if retry > 0 {
