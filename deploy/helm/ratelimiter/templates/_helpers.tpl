@@ -238,6 +238,12 @@ so the Deployment also passes --grpc-listen= then. */}}
 {{- end }}
 - name: RATELIMITER_ENVOY_HEADERS
   value: {{ ternary "true" "false" .Values.envoy.headers | quote }}
+- name: RATELIMITER_TRUSTED_PROXIES
+  value: {{ join "," .Values.forwardAuth.trustedProxies | quote }}
+- name: RATELIMITER_TRUSTED_HOPS
+  value: {{ int .Values.forwardAuth.trustedHops | quote }}
+- name: RATELIMITER_FORWARDED_HEADER
+  value: {{ .Values.forwardAuth.forwardedHeader | quote }}
 {{- if include "ratelimiter.adminTokenSecret" . }}
 - name: RATELIMITER_ADMIN_TOKEN_FILE
   value: {{ printf "%s/token" (include "ratelimiter.adminTokenDir" .) | quote }}
