@@ -83,15 +83,7 @@ func httpComparison(cfg config, rig *redisRig, rep *report) error {
 		}
 		defer envoy.stop()
 	}
-	trivialBin := filepath.Join(cfg.dir, "trivial")
-	if err := goBuild(".", "./trivial", trivialBin); err != nil {
-		return err
-	}
-	addr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	trivial, err := start("trivial", addr, []string{"GOMAXPROCS=2"}, trivialBin, addr)
+	trivial, err := startTrivial(cfg)
 	if err != nil {
 		return err
 	}
@@ -275,4 +267,21 @@ func httpRatios(sec *section, rep *report, systems []httpSystem, results [][]sam
 	}
 	xs := ratio(mem, triv, cpu)
 	line("memory backend ÷ trivial handler, server CPU per request", xs, "%.2f×", median(xs) <= 1.5, "≤ 1.5×")
+}
+
+// trivialPage is what the trivial server answers GET / with: the page of
+// the upstream behind a proxy.
+const trivialPage = "ok\n"
+
+// startTrivial builds and starts the trivial server (./trivial).
+func startTrivial(cfg config) (*proc, error) {
+	bin := filepath.Join(cfg.dir, "trivial")
+	if err := goBuild(".", "./trivial", bin); err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	return start("trivial", addr, []string{"GOMAXPROCS=2"}, bin, addr)
 }

@@ -184,7 +184,7 @@ func redisBenchmark(redis *proc, conns, pipeline, n int, args ...string) (sample
 	}, nil
 }
 
-// openLoop sends POST body to url at a fixed rate for d, whether or not
+// openLoop sends POST body (GET, when body is empty) to url at a fixed rate for d, whether or not
 // earlier requests were answered: 256 workers take the requests as they
 // fall due, so a slow answer does not hold back the next ones. Each
 // latency runs from the instant its request was sent, not from when it was
@@ -208,8 +208,13 @@ func openLoop(url, body string, rate int, d time.Duration, servers ...*proc) (sa
 					time.Sleep(wait)
 				}
 				sent := time.Now()
-				req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
+				var req *http.Request
+				if body == "" {
+					req, _ = http.NewRequest(http.MethodGet, url, nil)
+				} else {
+					req, _ = http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+				}
 				resp, err := client.Do(req)
 				if err == nil {
 					io.Copy(io.Discard, resp.Body)

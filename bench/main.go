@@ -3,15 +3,16 @@
 //
 //	go -C bench run .                 # every comparison; writes ../docs/benchmarks.md
 //	go -C bench run . -smoke          # one short round of each, checks the harness works
-//	go -C bench run . -only clients   # some comparisons (http, redis, latency, clients, batch, inproc, decide, grpc, deny)
+//	go -C bench run . -only clients   # some comparisons (http, redis, latency, clients, batch, inproc, decide, grpc, deny, proxy)
 //
 // It builds the service from this checkout and the peers it is compared with
 // (gubernator, envoy ratelimit) from the Go module proxy at pinned versions,
 // starts every server it measures itself (redis-server, the service on each
 // backend, the peers, a trivial net/http handler), and loads them with wrk,
 // redis-benchmark or its own generators (open-loop HTTP, closed-loop gRPC).
-// It needs wrk, redis-server and redis-benchmark on PATH (Debian: apt-get
-// install wrk redis-server) and fails when one is missing.
+// It needs wrk, redis-server, redis-benchmark and nginx on PATH (Debian:
+// apt-get install wrk redis-server redis-tools nginx) and fails when one is
+// missing.
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 // config is what every comparison reads.
 type config struct {
 	dir          string // scratch directory
+	root         string // the service's checkout
 	service      string // the service's binary
 	rounds       int
 	duration     time.Duration
@@ -66,6 +68,7 @@ var comparisons = []comparison{
 	{"decide", decideComparison},
 	{"grpc", grpcComparison},
 	{"deny", denyComparison},
+	{"proxy", proxyComparison},
 }
 
 func main() {
@@ -90,6 +93,7 @@ func run() error {
 	smoke := flag.Bool("smoke", false, "one short round of each comparison, without the peers, written to a scratch file: checks the harness, measures nothing worth reading")
 	flag.Parse()
 	cfg.command = "go -C bench run . " + strings.Join(os.Args[1:], " ")
+	cfg.root = *root
 	if *smoke {
 		cfg.rounds, cfg.duration, cfg.rate, cfg.httpRate, cfg.smoke = 1, time.Second, 200, 200, true
 	}
@@ -169,7 +173,7 @@ func names() string {
 func checkTools(cfg *config) error {
 	var missing []string
 	for _, t := range []struct{ name, version string }{
-		{"wrk", "-v"}, {"redis-server", "--version"}, {"redis-benchmark", "--version"},
+		{"wrk", "-v"}, {"redis-server", "--version"}, {"redis-benchmark", "--version"}, {"nginx", "-v"},
 	} {
 		if _, err := exec.LookPath(t.name); err != nil {
 			missing = append(missing, t.name)
@@ -184,7 +188,7 @@ func checkTools(cfg *config) error {
 		}
 	}
 	if len(missing) > 0 {
-		return errors.New("not on PATH: " + strings.Join(missing, ", ") + " (Debian: apt-get install wrk redis-server)")
+		return errors.New("not on PATH: " + strings.Join(missing, ", ") + " (Debian: apt-get install wrk redis-server redis-tools nginx)")
 	}
 	return nil
 }

@@ -31,6 +31,9 @@ func start(name, addr string, env []string, path string, args ...string) (*proc,
 	p := &proc{name: name, addr: addr, cmd: exec.Command(path, args...)}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	// A group of its own, so that stop kills its children too (nginx's
+	// workers), which would otherwise hold its output open.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -47,12 +50,46 @@ func start(name, addr string, env []string, path string, args ...string) (*proc,
 }
 
 func (p *proc) stop() {
-	p.cmd.Process.Kill()
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.cmd.Wait()
 }
 
-// cpu is the CPU time the server has used so far, user and system.
-func (p *proc) cpu() (time.Duration, error) { return cpuTime(p.cmd.Process.Pid) }
+// cpu is the CPU time the server has used so far, user and system, its
+// child processes' included (nginx's workers).
+func (p *proc) cpu() (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range p.pids() {
+		c, err := cpuTime(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
+}
+
+// pids are the server's process and its children's.
+func (p *proc) pids() []int {
+	pid := p.cmd.Process.Pid
+	pids := []int{pid}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		child, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			continue // gone since the listing
+		}
+		// The parent's PID is the second field after the command name.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			pids = append(pids, child)
+		}
+	}
+	return pids
+}
 
 // cpuTime is the user+system CPU time of a process, from /proc/PID/stat.
 func cpuTime(pid int) (time.Duration, error) {
@@ -76,15 +113,17 @@ func cpuTime(pid int) (time.Duration, error) {
 func rssOf(servers []*proc) float64 {
 	var kb int64
 	for _, p := range servers {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-		if err != nil {
-			return 0
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				var n int64
-				fmt.Sscan(v, &n)
-				kb += n
+		for _, pid := range p.pids() {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			if err != nil {
+				return 0
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+					var n int64
+					fmt.Sscan(v, &n)
+					kb += n
+				}
 			}
 		}
 	}

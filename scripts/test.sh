@@ -4,7 +4,7 @@
 #   - the service's tests under the race detector, and a short fuzzing pass
 #     of every fuzz target;
 #   - the benchmark harness (bench/), one short round of each comparison
-#     (needs wrk, redis-server and redis-benchmark);
+#     (needs wrk, redis-server, redis-benchmark and nginx);
 #   - the Helm chart: lint, render, strict schema validation, properties;
 #   - the end-to-end suite: the image built from ./Dockerfile, driven in
 #     containers through the generated client (needs Docker);
@@ -90,8 +90,8 @@ for pkg in $(go list ./...); do
 done
 
 step "benchmark harness smoke run (bench/: one short round of each comparison)"
-for tool in wrk redis-server redis-benchmark; do
-  command -v "$tool" >/dev/null || fail "$tool is not on PATH: the benchmark harness needs it (Debian: apt-get install wrk redis-server redis-tools)"
+for tool in wrk redis-server redis-benchmark nginx; do
+  command -v "$tool" >/dev/null || fail "$tool is not on PATH: the benchmark harness needs it (Debian: apt-get install wrk redis-server redis-tools nginx)"
 done
 go -C bench test -race -count=1 ./...
 go -C bench run . -smoke

@@ -33,5 +33,10 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(decision{Allowed: true, Permits: req.Permits, Remaining: 999, Limit: 1000, ResetAfterMS: 1})
 	})
+	// The upstream of the proxy comparison: a page, as small as can be.
+	http.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte("ok\n"))
+	})
 	log.Fatal(http.ListenAndServe(os.Args[1], nil))
 }
