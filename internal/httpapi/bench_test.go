@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
@@ -142,5 +144,48 @@ func BenchmarkDecideHTTP(b *testing.B) {
 			}
 			serve(b, h, "/v1/decide", `{"items":[{"limiter":"burst"},{"limiter":"hourly"},{"limiter":"daily","permits":1}]}`)
 		})
+	}
+}
+
+// BenchmarkForwardAuthHTTP measures the auth subrequest nginx sends for
+// every request (examples/forward-auth/nginx.conf) through the whole
+// handler: one rule keyed by the client's address, read from
+// X-Forwarded-For behind a trusted proxy, beside BenchmarkAcquireHTTP's
+// acquire of one key:
+//
+//	go test -run '^$' -bench 'AcquireHTTP/fast$|ForwardAuthHTTP' -benchmem -cpu 1 ./internal/httpapi
+func BenchmarkForwardAuthHTTP(b *testing.B) {
+	o := benchOptions(b)
+	d := limiter.Definition{Name: "per-ip", Keyed: true, Policy: limiter.Policy{Limit: limiter.MaxLimit, Period: time.Millisecond}}
+	if _, err := o.Limiters.Put(b.Context(), d); err != nil {
+		b.Fatal(err)
+	}
+	cfg := forwardauth.Config{
+		Rules:      []forwardauth.Rule{{Limiter: "per-ip", Key: forwardauth.ByClientIP, Permits: 1}},
+		DenyStatus: http.StatusForbidden,
+		IPv6Prefix: 64,
+		ClientIP:   forwardauth.ClientIP{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
+	}
+	if err := cfg.Check(map[string]limiter.Definition{d.Name: d}); err != nil {
+		b.Fatal(err)
+	}
+	o.ForwardAuth = forwardauth.NewService(cfg, o.Limiters, false)
+	h, err := newServer(o, settings{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodGet, "/v1/forward-auth", nil)
+		req.RemoteAddr = "127.0.0.1:40000"
+		req.Header.Set("X-Original-Uri", "/")
+		req.Header.Set("X-Original-Method", "GET")
+		req.Header.Set("X-Forwarded-Host", "localhost")
+		req.Header.Set("X-Forwarded-For", "203.0.113.7")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
 	}
 }
