@@ -3,8 +3,8 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
-	"net/netip"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
