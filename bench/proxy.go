@@ -113,7 +113,9 @@ func proxyComparison(cfg config, rig *redisRig, rep *report) error {
 			}
 		}
 	}()
-	add := func(name string, service *proc, site func(listen string) string) error {
+	// add starts nginx with the site for its address, asking service (and
+	// through it the servers of the backend) if not nil.
+	add := func(name string, service *proc, backend []*proc, site func(listen string) string) error {
 		listen, err := freeAddr()
 		if err != nil {
 			return err
@@ -124,17 +126,17 @@ func proxyComparison(cfg config, rig *redisRig, rep *report) error {
 		}
 		s := proxySystem{name: name, nginx: n, servers: []*proc{n, upstream}, service: service}
 		if service != nil {
-			s.servers = append(s.servers, service)
+			s.servers = append(append(s.servers, service), backend...)
 		}
 		systems = append(systems, s)
 		return nil
 	}
-	if err := add("nginx alone", nil, func(listen string) string {
+	if err := add("nginx alone", nil, nil, func(listen string) string {
 		return fmt.Sprintf(nginxSite, listen, upstream.addr, "", "")
 	}); err != nil {
 		return err
 	}
-	if err := add("nginx + limit_req", nil, func(listen string) string {
+	if err := add("nginx + limit_req", nil, nil, func(listen string) string {
 		zone := fmt.Sprintf("limit_req_zone $binary_remote_addr zone=perip:10m rate=%dr/s;", proxyLimit)
 		return fmt.Sprintf(nginxSite, listen, upstream.addr, zone, fmt.Sprintf("        limit_req zone=perip burst=%d nodelay;", proxyLimit))
 	}); err != nil {
@@ -162,7 +164,7 @@ func proxyComparison(cfg config, rig *redisRig, rep *report) error {
 			svc.stop()
 			return err
 		}
-		err = add(b.name, svc, func(listen string) string {
+		err = add(b.name, svc, b.servers, func(listen string) string {
 			_, port, _ := strings.Cut(listen, ":")
 			return strings.NewReplacer("127.0.0.1:8080", svc.addr, "127.0.0.1:3000", upstream.addr,
 				"listen 8000;", "listen 127.0.0.1:"+port+";").Replace(string(example))
@@ -171,7 +173,6 @@ func proxyComparison(cfg config, rig *redisRig, rep *report) error {
 			svc.stop()
 			return err
 		}
-		systems[len(systems)-1].servers = append(systems[len(systems)-1].servers, b.servers...)
 	}
 	for _, s := range systems {
 		if b, err := call("GET", s.nginx.url("/"), ""); err != nil || string(b) != trivialPage {
@@ -179,6 +180,8 @@ func proxyComparison(cfg config, rig *redisRig, rep *report) error {
 		}
 	}
 
+	// A GET of / from every connection; wrkDone is a format, its %% for
+	// Sprintf.
 	w, err := newWrkScript(dir, "get", fmt.Sprintf(wrkDone), cfg.wrkThreads, cfg.conns)
 	if err != nil {
 		return err
