@@ -184,9 +184,10 @@ func redisBenchmark(redis *proc, conns, pipeline, n int, args ...string) (sample
 	}, nil
 }
 
-// openLoop sends POST body (GET, when body is empty) to url at a fixed rate for d, whether or not
-// earlier requests were answered: 256 workers take the requests as they
-// fall due, so a slow answer does not hold back the next ones. Each
+// openLoop sends POST body (a GET when body is empty) to url at a fixed
+// rate for d, whether or not earlier requests were answered: 256 workers
+// take the requests as they fall due, so a slow answer does not hold back
+// the next ones. Each
 // latency runs from the instant its request was sent, not from when it was
 // due: a sleeping goroutine here wakes up to a millisecond late, which
 // would count against the server. It fails on any answer but a 2xx.

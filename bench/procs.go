@@ -78,13 +78,11 @@ func (p *proc) pids() []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		f, err := statFields(child)
 		if err != nil {
 			continue // gone since the listing
 		}
-		// The parent's PID is the second field after the command name.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) { // the parent's PID
 			pids = append(pids, child)
 		}
 	}
@@ -93,13 +91,11 @@ func (p *proc) pids() []int {
 
 // cpuTime is the user+system CPU time of a process, from /proc/PID/stat.
 func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The fields after the parenthesised command name; utime and stime are
-	// the 14th and 15th fields of the whole line.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	// utime and stime, the 14th and 15th fields of the whole line.
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
@@ -107,6 +103,21 @@ func cpuTime(pid int) (time.Duration, error) {
 	}
 	const ticksPerSecond = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
+}
+
+// statFields returns the fields of /proc/PID/stat after the
+// parenthesised command name, which may hold spaces: the state, the
+// parent's PID, and so on.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 > len(b) {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, b)
+	}
+	return strings.Fields(string(b[i+2:])), nil
 }
 
 // rssOf is the servers' resident memory, summed, in MiB; 0 if unknown.
