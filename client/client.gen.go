@@ -4622,8 +4622,6 @@ type ForwardAuthResponse struct {
 	HTTPResponse *http.Response
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
-	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
-	ApplicationProblemJSON403 *ForwardAuthDenied
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *Problem
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -4639,11 +4637,6 @@ type ForwardAuthResponse struct {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ForwardAuthResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
-}
-
-// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
-func (r ForwardAuthResponse) GetApplicationProblemJSON403() *ForwardAuthDenied {
-	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -7131,12 +7124,8 @@ func ParseForwardAuthResponse(rsp *http.Response) (*ForwardAuthResponse, error) 
 		}
 		response.ApplicationProblemJSON400 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
-		var dest ForwardAuthDenied
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.ApplicationProblemJSON403 = &dest
+	case rsp.StatusCode == 403:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem

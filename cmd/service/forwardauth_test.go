@@ -183,3 +183,35 @@ forward_auth:
 		t.Errorf("unmatched request: got %s %q with RateLimit %q, want 200, no body and no RateLimit", res.Status(), res.Body, res.HTTPResponse.Header.Get("Ratelimit"))
 	}
 }
+
+// TestForwardAuthDenialForNginx: with deny_status 403, nginx's, a denial
+// has Retry-After and the RateLimit headers but no body, which nginx
+// would discard and then close its connection to the service.
+func TestForwardAuthDenialForNginx(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	const cfg = `limiters:
+  - {name: per-ip, limit: 1, period: 8000h, keyed: true}
+forward_auth:
+  deny_status: 403
+  rules:
+    - {limiter: per-ip, key: client_ip}
+`
+	base, _, _, _ := start(t, []string{"--listen", "127.0.0.1:0"}, map[string]string{"RATELIMITER_CONFIG": configFile(t, cfg)})
+	c, err := client.NewClientWithResponses(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{http.StatusOK, http.StatusForbidden, http.StatusForbidden} {
+		res, err := c.ForwardAuthWithResponse(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := res.HTTPResponse.Header
+		if res.StatusCode() != want || len(res.Body) != 0 || res.HTTPResponse.ContentLength != 0 {
+			t.Errorf("request %d: got %s with %d bytes (Content-Length %d), want %d and no body", i+1, res.Status(), len(res.Body), res.HTTPResponse.ContentLength, want)
+		}
+		if want == http.StatusForbidden && (h.Get("Retry-After") == "" || !strings.HasPrefix(h.Get("Ratelimit"), `"per-ip";r=0;`)) {
+			t.Errorf("request %d, denied: Retry-After %q and RateLimit %q, want both, with nothing left", i+1, h.Get("Retry-After"), h.Get("Ratelimit"))
+		}
+	}
+}

@@ -1689,23 +1689,22 @@ func (response ForwardAuth400ApplicationProblemPlusJSONResponse) VisitForwardAut
 	return err
 }
 
-type ForwardAuth403ApplicationProblemPlusJSONResponse struct {
-	ForwardAuthDeniedApplicationProblemPlusJSONResponse
+type ForwardAuth403ResponseHeaders struct {
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      int64
 }
 
-func (response ForwardAuth403ApplicationProblemPlusJSONResponse) VisitForwardAuthResponse(w http.ResponseWriter) error {
+type ForwardAuth403Response struct {
+	Headers ForwardAuth403ResponseHeaders
+}
 
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
+func (response ForwardAuth403Response) VisitForwardAuthResponse(w http.ResponseWriter) error {
 	w.Header().Set("RateLimit", fmt.Sprint(response.Headers.RateLimit))
 	w.Header().Set("RateLimit-Policy", fmt.Sprint(response.Headers.RateLimitPolicy))
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(403)
-	_, err := buf.WriteTo(w)
-	return err
+	return nil
 }
 
 type ForwardAuth404ApplicationProblemPlusJSONResponse Problem
@@ -1722,15 +1721,8 @@ func (response ForwardAuth404ApplicationProblemPlusJSONResponse) VisitForwardAut
 	return err
 }
 
-type ForwardAuth429ResponseHeaders struct {
-	RateLimit       string
-	RateLimitPolicy string
-	RetryAfter      int64
-}
-
 type ForwardAuth429ApplicationProblemPlusJSONResponse struct {
-	Body    Problem
-	Headers ForwardAuth429ResponseHeaders
+	ForwardAuthDeniedApplicationProblemPlusJSONResponse
 }
 
 func (response ForwardAuth429ApplicationProblemPlusJSONResponse) VisitForwardAuthResponse(w http.ResponseWriter) error {

@@ -105,9 +105,10 @@ func (s *server) ForwardAuth(ctx context.Context, _ gen.ForwardAuthRequestObject
 }
 
 // forwardAnswer is the answer to a proxy: 200 when the request may pass,
-// the deny status otherwise, with a problem saying why. The 200 has no
-// body: nginx's auth_request reads only an answer's status and headers,
-// and closes its connection to the service when a body follows them.
+// the deny status otherwise, with a problem saying why when it is 429.
+// The 200 and the 403, nginx's denial, have no body: nginx's auth_request
+// reads only an answer's status and headers, and closes its connection to
+// the service when a body follows them.
 type forwardAnswer struct {
 	a                 forwardauth.Answer
 	status            int
@@ -132,6 +133,12 @@ func (f *forwardAnswer) VisitForwardAuthResponse(w http.ResponseWriter) error {
 	retry, detail := f.denial()
 	if retry > 0 {
 		h.Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
+	}
+	if f.status == http.StatusForbidden {
+		// nginx's denial: its auth_request discards the body, and would
+		// close its connection after one.
+		w.WriteHeader(f.status)
+		return nil
 	}
 	h.Set("Content-Type", problemJSON)
 	b, err := json.Marshal(gen.Problem{Type: "about:blank", Title: http.StatusText(f.status), Status: int32(f.status), Detail: &detail})
