@@ -1315,10 +1315,11 @@ type ClientInterface interface {
 	// `X-Forwarded-For` or `Forwarded` (`--forwarded-header`).
 	//
 	// Allowed: `200`, with the `RateLimit` headers of the limits
-	// charged, which the proxy may copy to its answer. Denied: the
-	// configured status (`429`, or `403` for nginx, whose
-	// `auth_request` turns any other into a `500`), with `Retry-After`
-	// and a problem. When the backend cannot answer, `fail-open`
+	// charged, which the proxy may copy to its answer, and no body.
+	// Denied: the configured status, with `Retry-After`: `429` with a
+	// problem, or `403` for nginx (whose `auth_request` turns any
+	// other status into a `500`) without a body. When the backend
+	// cannot answer, `fail-open`
 	// allows with `Ratelimiter-Degraded: true` and `fail-closed`
 	// denies; never a `5xx`.
 	//
@@ -1942,10 +1943,11 @@ func (c *Client) Decide(ctx context.Context, params *DecideParams, body DecideJS
 // `X-Forwarded-For` or `Forwarded` (`--forwarded-header`).
 //
 // Allowed: `200`, with the `RateLimit` headers of the limits
-// charged, which the proxy may copy to its answer. Denied: the
-// configured status (`429`, or `403` for nginx, whose
-// `auth_request` turns any other into a `500`), with `Retry-After`
-// and a problem. When the backend cannot answer, `fail-open`
+// charged, which the proxy may copy to its answer, and no body.
+// Denied: the configured status, with `Retry-After`: `429` with a
+// problem, or `403` for nginx (whose `auth_request` turns any
+// other status into a `500`) without a body. When the backend
+// cannot answer, `fail-open`
 // allows with `Ratelimiter-Degraded: true` and `fail-closed`
 // denies; never a `5xx`.
 //
@@ -3803,10 +3805,11 @@ type ClientWithResponsesInterface interface {
 	// `X-Forwarded-For` or `Forwarded` (`--forwarded-header`).
 	//
 	// Allowed: `200`, with the `RateLimit` headers of the limits
-	// charged, which the proxy may copy to its answer. Denied: the
-	// configured status (`429`, or `403` for nginx, whose
-	// `auth_request` turns any other into a `500`), with `Retry-After`
-	// and a problem. When the backend cannot answer, `fail-open`
+	// charged, which the proxy may copy to its answer, and no body.
+	// Denied: the configured status, with `Retry-After`: `429` with a
+	// problem, or `403` for nginx (whose `auth_request` turns any
+	// other status into a `500`) without a body. When the backend
+	// cannot answer, `fail-open`
 	// allows with `Ratelimiter-Degraded: true` and `fail-closed`
 	// denies; never a `5xx`.
 	//
@@ -6233,10 +6236,11 @@ func (c *ClientWithResponses) DecideWithResponse(ctx context.Context, params *De
 // `X-Forwarded-For` or `Forwarded` (`--forwarded-header`).
 //
 // Allowed: `200`, with the `RateLimit` headers of the limits
-// charged, which the proxy may copy to its answer. Denied: the
-// configured status (`429`, or `403` for nginx, whose
-// `auth_request` turns any other into a `500`), with `Retry-After`
-// and a problem. When the backend cannot answer, `fail-open`
+// charged, which the proxy may copy to its answer, and no body.
+// Denied: the configured status, with `Retry-After`: `429` with a
+// problem, or `403` for nginx (whose `auth_request` turns any
+// other status into a `500`) without a body. When the backend
+// cannot answer, `fail-open`
 // allows with `Ratelimiter-Degraded: true` and `fail-closed`
 // denies; never a `5xx`.
 //
