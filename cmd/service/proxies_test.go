@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,13 +270,16 @@ func TestForwardAuthBehindProxies(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd.Stdout, cmd.Stderr = logFile, logFile
+			// A process group of its own, killed whole: nginx's workers
+			// outlive a killed master.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			exited := make(chan struct{})
 			go func() { _ = cmd.Wait(); close(exited) }()
 			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 				<-exited
 				logFile.Close()
 			})
