@@ -222,8 +222,10 @@ func send(t *testing.T, c *http.Client, method, url string, header ...string) an
 		rateLimit: res.Header.Get("RateLimit"), policy: res.Header.Get("RateLimit-Policy"), body: string(b)}
 }
 
-// waitListening waits until something accepts connections at addr.
-func waitListening(t *testing.T, addr string, cmd *exec.Cmd, log string) {
+// waitListening waits until something accepts connections at addr,
+// failing when the command cmd ran exits first (exited is closed once its
+// Wait returns, which alone reads its state).
+func waitListening(t *testing.T, addr string, cmd *exec.Cmd, exited <-chan struct{}, log string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -232,11 +234,16 @@ func waitListening(t *testing.T, addr string, cmd *exec.Cmd, log string) {
 			c.Close()
 			return
 		}
-		if cmd.ProcessState != nil || time.Now().After(deadline) {
-			b, _ := os.ReadFile(log)
-			t.Fatalf("%s did not listen on %s: %v\n%s", cmd.Path, addr, err, b)
+		select {
+		case <-exited:
+		default:
+			if time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		b, _ := os.ReadFile(log)
+		t.Fatalf("%s did not listen on %s: %v\n%s", cmd.Path, addr, err, b)
 	}
 }
 
@@ -283,7 +290,7 @@ func TestForwardAuthBehindProxies(t *testing.T) {
 				<-exited
 				logFile.Close()
 			})
-			waitListening(t, "127.0.0.1:"+port, cmd, logPath)
+			waitListening(t, "127.0.0.1:"+port, cmd, exited, logPath)
 			url := "http://127.0.0.1:" + port
 
 			alice, bob, mallory := clientFrom("127.0.0.2"), clientFrom("127.0.0.3"), clientFrom("127.0.0.4")
