@@ -21,6 +21,7 @@ require (
 	github.com/testcontainers/testcontainers-go v0.45.0
 	github.com/tidwall/btree v1.8.2
 	github.com/vearutop/statigz v1.4.0
+	go.etcd.io/bbolt v1.4.3
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.47.0

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/config"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/bolt"
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 	limiterredis "github.com/ratelimiter/ratelimiter/internal/limiter/redis"
 	"github.com/ratelimiter/ratelimiter/internal/redisconn"
@@ -56,21 +57,40 @@ func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*b
 		if err != nil {
 			return nil, &configError{fmt.Errorf("per-IP policy: %w", err)}
 		}
+		mem := memory.New(nil, cfg.MaxLimiters)
+		var store limiter.Store = mem
+		closeStore := func() {}
+		if cfg.DataDir != "" {
+			disk, err := bolt.Open(cfg.DataDir, mem)
+			if err != nil {
+				return nil, err
+			}
+			n, _ := mem.List(ctx, "", cfg.MaxLimiters)
+			logger.Info("limiters read from the data directory", "path", disk.Path(), "limiters", len(n))
+			store = disk
+			closeStore = func() {
+				if err := disk.Close(); err != nil {
+					logger.Error("closing the data file", "path", disk.Path(), "error", err)
+				}
+			}
+		}
 		b := &backend{
-			limiters:  limiter.NewService(memory.New(nil, cfg.MaxLimiters)),
+			limiters:  limiter.NewService(store),
 			tenants:   tenant.NewService(registry, limiter.ServiceOptions{}),
 			registry:  registry,
 			healthy:   func() bool { return true },
 			up:        func() bool { return true },
-			close:     func() {},
+			close:     closeStore,
 			redeclare: func([]limiter.Definition) {},
 		}
 		for _, def := range cfg.Limiters {
 			if _, err := b.limiters.Put(ctx, def); err != nil {
+				closeStore()
 				return nil, fmt.Errorf("create limiter from %s: %w", cfg.ConfigFile, err)
 			}
 		}
 		if err := rls.Apply(ctx, b.limiters, cfg.Envoy); err != nil {
+			closeStore()
 			return nil, fmt.Errorf("create limiter from %s: %w", cfg.EnvoyConfigPath, err)
 		}
 		return b, nil

@@ -138,6 +138,9 @@ type Config struct {
 	Envoy *rls.Config
 	// Backend is where limiter state lives: BackendMemory or BackendRedis.
 	Backend string
+	// DataDir is where the memory backend keeps its limiters on disk;
+	// empty keeps nothing on disk. It is refused with BackendRedis.
+	DataDir string
 	// Redis configures the Redis backend; set whatever Backend is, used
 	// only when it is BackendRedis.
 	Redis Redis
@@ -211,6 +214,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("admin_token_set", c.AdminToken != ""),
 		slog.Int64("max_body_bytes", c.MaxBodyBytes),
 		slog.Int("max_header_bytes", c.MaxHeaderBytes),
+		slog.String("data_dir", c.DataDir),
 		slog.Int("max_limiters", c.MaxLimiters),
 		slog.Int("metrics_max_limiters", c.MetricsMaxLimiters),
 		slog.String("read_header_timeout", c.ReadHeaderTimeout.String()),
@@ -348,6 +352,10 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		if err := c.ForwardAuth.Check(defs); err != nil {
 			return Config{}, fmt.Errorf("config: config file %s: %w", c.ConfigFile, err)
 		}
+	}
+	if c.DataDir != "" && c.Backend == BackendRedis {
+		return Config{}, fmt.Errorf("config: %s: a data directory keeps the memory backend's limiters; with %s, Redis keeps them (and its own persistence, if configured, keeps Redis)",
+			origin["data-dir"], origin["backend"])
 	}
 	// Each backend has its own worst case per requester (see the
 	// tenant-max-bytes setting); refuse a bound that holds none now rather

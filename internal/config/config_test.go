@@ -138,7 +138,9 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 	// The settings set by file or by another setting's value; every other
 	// one must be in values, so that adding a setting extends this test.
 	for _, s := range settings {
-		if _, ok := values[s.name]; !ok && s.name != "admin-token" && s.name != "redis-password" {
+		// --data-dir is refused with the Redis backend this test sets:
+		// TestDataDir covers it.
+		if _, ok := values[s.name]; !ok && s.name != "admin-token" && s.name != "redis-password" && s.name != "data-dir" {
 			t.Errorf("setting --%s is not covered by this test", s.name)
 		}
 	}
@@ -185,6 +187,31 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 				t.Errorf("got  %+v\nwant %+v", got, want)
 			}
 		})
+	}
+}
+
+func TestDataDir(t *testing.T) {
+	for name, load := range map[string]func() (Config, error){
+		"flag": func() (Config, error) { return Load([]string{"--data-dir", "/var/lib/rl"}, env(nil)) },
+		"env":  func() (Config, error) { return Load(nil, env(map[string]string{"RATELIMITER_DATA_DIR": "/var/lib/rl"})) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := load()
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if c.DataDir != "/var/lib/rl" {
+				t.Errorf("DataDir: got %q, want /var/lib/rl", c.DataDir)
+			}
+		})
+	}
+	c, err := Load(nil, env(nil))
+	if err != nil || c.DataDir != "" {
+		t.Errorf("default: DataDir %q, %v; want none", c.DataDir, err)
+	}
+	_, err = Load([]string{"--data-dir", "/var/lib/rl"}, env(map[string]string{"RATELIMITER_BACKEND": "redis"}))
+	if err == nil || !strings.Contains(err.Error(), "--data-dir") || !strings.Contains(err.Error(), "RATELIMITER_BACKEND") {
+		t.Errorf("with the Redis backend: got %v, want a refusal naming both settings", err)
 	}
 }
 

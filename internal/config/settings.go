@@ -110,6 +110,13 @@ var settings = []setting{
 		},
 	},
 	{
+		name: "data-dir", env: "RATELIMITER_DATA_DIR", arg: "path", group: groupServer,
+		usage: "Directory where the memory backend keeps its limiters (the file ratelimiter.db), so that they survive a restart: " +
+			"a limiter created, replaced or deleted is on disk before the answer. Empty: nothing on disk. Created if missing; " +
+			"one process at a time. Not with --backend redis.",
+		apply: func(c *Config, v string) error { c.DataDir = v; return nil },
+	},
+	{
 		name: "max-body-bytes", env: "RATELIMITER_MAX_BODY_BYTES", def: "65536", arg: "bytes", group: groupServer,
 		usage: "Largest request body accepted; a larger one is refused with 413.",
 		apply: integer(func(c *Config) *int64 { return &c.MaxBodyBytes }, 1, 1<<30),

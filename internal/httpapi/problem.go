@@ -93,7 +93,8 @@ func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, p *problem
 // problemFor maps an error returned by a handler to the problem answered.
 // It is the one place where domain errors become HTTP statuses: invalid
 // input is a 400, an unknown limiter a 404, a limiter beyond the maximum
-// or moved to another group a 409, an unavailable backend or an expired request a 503, and anything
+// or moved to another group a 409, an unavailable backend, a definition
+// not written to disk or an expired request a 503, and anything
 // else a 500 whose cause is logged, never sent.
 func (s *server) problemFor(r *http.Request, err error) *problem {
 	var p *problem
@@ -114,6 +115,13 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 	case errors.Is(err, limiter.ErrTooManyKeys):
 		return &problem{status: http.StatusConflict, detail: fmt.Sprintf("Limiter %q was not changed: %s.", pathParam(r, "name"),
 			strings.TrimPrefix(reason(err, limiter.ErrTooManyKeys), limiter.ErrTooManyKeys.Error()+": "))}
+	case errors.Is(err, limiter.ErrNotDurable):
+		// A full or failing disk: the operator must see why, the caller
+		// only that nothing changed and that it may retry.
+		s.log.ErrorContext(r.Context(), "limiter definition not written to the data directory",
+			"method", r.Method, "path", r.URL.Path, "error", err)
+		return &problem{status: http.StatusServiceUnavailable, detail: fmt.Sprintf("Limiter %q was not changed: the change could not be written to the service's data directory. "+
+			"The definition in force before this request still is.", pathParam(r, "name"))}
 	case errors.Is(err, limiter.ErrInvalidKey):
 		return rejected(keyLocation(r), reason(err, limiter.ErrInvalidKey))
 	case errors.Is(err, limiter.ErrKeyMismatch):

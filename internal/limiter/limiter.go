@@ -71,7 +71,11 @@ var (
 	// ErrTooManyLimiters reports a Put that would create a limiter in a
 	// store that already holds its maximum; replacing one is always
 	// allowed.
-	ErrTooManyLimiters  = errors.New("too many limiters")
+	ErrTooManyLimiters = errors.New("too many limiters")
+	// ErrNotDurable reports a change to the definitions that a store which
+	// keeps them on disk could not write there: the change was not made,
+	// and the definition in force before it still is.
+	ErrNotDurable       = errors.New("definition change not written to disk")
 	errUnknownAlgorithm = errors.New("unknown algorithm")
 )
 

@@ -67,13 +67,24 @@ func New(clock *limiter.Clock, maxLimiters int) *Store {
 // limiter.ErrTooManyKeys; replacing one with the same MaxKeys or fewer
 // never does. Replacing one with another group fails with an error wrapping
 // limiter.ErrGroupConflict.
-func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
+func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
+	created, _, err := s.PutUndo(ctx, def)
+	return created, err
+}
+
+// PutUndo is Put that also returns, when it succeeds, a func that undoes
+// it exactly: it deletes the limiter Put created, or puts back the one it
+// replaced with its state as it was. It is for a caller that serializes
+// the changes to a store's definitions and finds, once Put has succeeded,
+// that it cannot keep the change (package bolt, when its file cannot be
+// written): the undo must come before any other change to the limiter.
+func (s *Store) PutUndo(_ context.Context, def limiter.Definition) (created bool, undo func(), err error) {
 	l, err := limiter.New(def.Policy)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if err := limiter.CheckKeyed(def); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	def = def.Normalize()
 	e := entry{l: l, group: def.Group, maxKeys: def.MaxKeys}
@@ -81,16 +92,16 @@ func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 	defer s.mu.Unlock()
 	old, ok := s.byKey[def.Name]
 	if ok && old.group != def.Group {
-		return false, limiter.GroupConflict(old.group, def.Group)
+		return false, nil, limiter.GroupConflict(old.group, def.Group)
 	}
 	if !ok && len(s.byKey) >= s.max {
-		return false, fmt.Errorf("%w: the maximum is %d", limiter.ErrTooManyLimiters, s.max)
+		return false, nil, fmt.Errorf("%w: the maximum is %d", limiter.ErrTooManyLimiters, s.max)
 	}
 	if keys := s.keys - old.maxKeys + e.maxKeys; e.maxKeys > old.maxKeys && keys > limiter.KeyBudget {
-		return false, fmt.Errorf("%w: %d keys would take the keyed limiters to %d, beyond their budget of %d; lower max_keys, or delete a keyed limiter", limiter.ErrTooManyKeys, e.maxKeys, keys, limiter.KeyBudget)
+		return false, nil, fmt.Errorf("%w: %d keys would take the keyed limiters to %d, beyond their budget of %d; lower max_keys, or delete a keyed limiter", limiter.ErrTooManyKeys, e.maxKeys, keys, limiter.KeyBudget)
 	}
 	if ok && old.definition(def.Name) == (limiter.Definition{Name: def.Name, Policy: l.Policy(), Group: def.Group, Keyed: def.Keyed, MaxKeys: def.MaxKeys}) {
-		return false, nil // an identical definition keeps the state
+		return false, func() {}, nil // an identical definition keeps the state
 	}
 	if def.Keyed {
 		e.keys = NewKeys(l.Policy(), def.MaxKeys)
@@ -98,11 +109,19 @@ func (s *Store) Put(_ context.Context, def limiter.Definition) (bool, error) {
 	s.keys += e.maxKeys - old.maxKeys
 	s.byKey[def.Name] = e
 	if ok {
-		return false, nil
+		return false, func() { s.reinstate(def.Name, old) }, nil
 	}
 	s.peak = max(s.peak, len(s.byKey))
 	s.names.Insert(def.Name)
-	return true, nil
+	return true, func() { s.remove(def.Name) }, nil
+}
+
+// reinstate puts back the entry old of the limiter name, which Put replaced.
+func (s *Store) reinstate(name string, old entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys += old.maxKeys - s.byKey[name].maxKeys
+	s.byKey[name] = old
 }
 
 // Get returns a limiter's definition.
@@ -136,17 +155,25 @@ func (s *Store) List(_ context.Context, after string, max int) ([]limiter.Defini
 
 // Delete removes a limiter.
 func (s *Store) Delete(_ context.Context, name string) error {
+	if !s.remove(name) {
+		return limiter.ErrNotFound
+	}
+	return nil
+}
+
+// remove deletes the limiter name and reports whether it existed.
+func (s *Store) remove(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.byKey[name]
 	if !ok {
-		return limiter.ErrNotFound
+		return false
 	}
 	s.keys -= e.maxKeys
 	delete(s.byKey, name)
 	s.names.Delete(name)
 	s.shrink()
-	return nil
+	return true
 }
 
 // shrink copies byKey into a map of its size once it holds a quarter of

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// childEnv makes the test binary run the service instead of its tests, so
+// that a test can kill a real process of it.
+const childEnv = "RATELIMITER_TEST_RUN_SERVICE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+// child is the service running as a process of its own.
+type child struct {
+	cmd    *exec.Cmd
+	base   string
+	logs   *logs
+	exited chan error
+}
+
+// startChild runs the service as a process with args and returns once it
+// listens.
+func startChild(t *testing.T, args ...string) *child {
+	t.Helper()
+	args = append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", ""}, args...)
+	c := &child{cmd: exec.Command(os.Args[0], args...), logs: newLogs(), exited: make(chan error, 1)}
+	c.cmd.Env = append(os.Environ(), childEnv+"=1")
+	c.cmd.Stderr = c.logs
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.exited <- c.cmd.Wait() }()
+	t.Cleanup(func() { c.cmd.Process.Kill(); <-c.exited; c.exited <- nil })
+	select {
+	case addr := <-c.logs.addr:
+		c.base = "http://" + addr
+	case err := <-c.exited:
+		t.Fatalf("the service exited before listening: %v; it logged %v", err, c.logs.messages())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the service did not log a listening address within 30s")
+	}
+	return c
+}
+
+// kill stops the process with SIGKILL: no shutdown runs.
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	err := <-c.exited
+	c.exited <- err
+}
+
+// stop stops the process with SIGTERM and waits for it to exit cleanly.
+func (c *child) stop(t *testing.T) {
+	t.Helper()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-c.exited:
+		c.exited <- err
+		if err != nil {
+			t.Fatalf("the service exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the service did not exit within 30s of SIGTERM")
+	}
+}
+
+// definitions lists the limiters the service holds: name -> limit.
+func definitions(t *testing.T, base string) map[string]int64 {
+	t.Helper()
+	got := make(map[string]int64)
+	token := ""
+	for {
+		url := base + "/v1/limiters?page_size=1000"
+		if token != "" {
+			url += "&page_token=" + token
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page struct {
+			Items []struct {
+				Name  string `json:"name"`
+				Limit int64  `json:"limit"`
+			} `json:"items"`
+			Next string `json:"next_page_token"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("list limiters: %s, %v", resp.Status, err)
+		}
+		for _, it := range page.Items {
+			got[it.Name] = it.Limit
+		}
+		if page.Next == "" {
+			return got
+		}
+		token = page.Next
+	}
+}
+
+func putLimiter(ctx context.Context, base, name string, limit int64) (int, []byte, error) {
+	body := fmt.Sprintf(`{"limit":%d,"period":"1h"}`, limit)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/limiters/"+name, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	return do(req)
+}
+
+func deleteLimiter(ctx context.Context, base, name string) (int, []byte, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, base+"/v1/limiters/"+name, nil)
+	return do(req)
+}
+
+func do(req *http.Request) (int, []byte, error) {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// TestDataDirKeepsDefinitions restarts the service gracefully on its data
+// directory: the limiters created, replaced and deleted through the API
+// are as they were, those of the config file too.
+func TestDataDirKeepsDefinitions(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte("limiters:\n  - {name: declared, limit: 3, period: 1m}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	c := startChild(t, "--data-dir", data, "--config", cfg)
+	ctx := t.Context()
+	for name, limit := range map[string]int64{"a": 1, "b": 2, "c": 3} {
+		if code, body, err := putLimiter(ctx, c.base, name, limit); err != nil || code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s %v", name, code, body, err)
+		}
+	}
+	if code, body, err := putLimiter(ctx, c.base, "b", 20); err != nil || code != http.StatusOK {
+		t.Fatalf("replace b: %d %s %v", code, body, err)
+	}
+	if code, body, err := deleteLimiter(ctx, c.base, "c"); err != nil || code != http.StatusNoContent {
+		t.Fatalf("delete c: %d %s %v", code, body, err)
+	}
+	want := map[string]int64{"a": 1, "b": 20, "declared": 3}
+	if got := definitions(t, c.base); !mapsEqual(got, want) {
+		t.Fatalf("before the restart: got %v, want %v", got, want)
+	}
+	c.stop(t)
+	c = startChild(t, "--data-dir", data, "--config", cfg)
+	if got := definitions(t, c.base); !mapsEqual(got, want) {
+		t.Errorf("after the restart: got %v, want %v", got, want)
+	}
+	// A second process on the same directory is refused, with the reason.
+	second := exec.Command(os.Args[0], "--listen", "127.0.0.1:0", "--grpc-listen", "", "--data-dir", data)
+	second.Env = append(os.Environ(), childEnv+"=1")
+	out, err := second.CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("in use by another process")) {
+		t.Errorf("a second service on the same data directory: %v, %s; want it refused as in use", err, out)
+	}
+}
+
+func mapsEqual(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDataDirSurvivesKill kills the service with SIGKILL at random
+// instants while limiters are created, replaced and deleted, and restarts
+// it on the same data directory: every change acknowledged before the
+// kill is there, and a change in flight at the kill is either there or
+// not, whole. RATELIMITER_KILL_CYCLES sets the number of cycles (10 by
+// default; the long run is 1000).
+func TestDataDirSurvivesKill(t *testing.T) {
+	cycles := 10
+	if v := os.Getenv("RATELIMITER_KILL_CYCLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("RATELIMITER_KILL_CYCLES=%q: want a positive count", v)
+		}
+		cycles = n
+	}
+	const (
+		workers = 4
+		names   = 64 // per worker, so that no two changes to one name are in flight at once
+		absent  = int64(0)
+	)
+	data := t.TempDir()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	// acked[name] is the limit last acknowledged (absent: deleted or never
+	// created); inflight[name], when set, is the change under way at the
+	// kill: the name holds either.
+	acked := make(map[string]int64)
+	inflight := make(map[string]int64)
+	var acks, changes int
+	for cycle := range cycles {
+		c := startChild(t, "--data-dir", data)
+		got := definitions(t, c.base)
+		for w := range workers {
+			for i := range names {
+				name := fmt.Sprintf("w%d-%02d", w, i)
+				have, ok := got[name]
+				if !ok {
+					have = absent
+				}
+				want, pending := acked[name], false
+				if v, ok := inflight[name]; ok {
+					pending = have == v
+				}
+				if have != want && !pending {
+					t.Fatalf("cycle %d: %s holds limit %d (0: absent), want %d as acknowledged (in flight at the kill: %v)",
+						cycle, name, have, want, inflight[name])
+				}
+				acked[name] = have
+			}
+		}
+		clear(inflight)
+		ctx, cancel := context.WithCancel(context.Background())
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func(w int, seed uint64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(w)))
+				for ctx.Err() == nil {
+					name := fmt.Sprintf("w%d-%02d", w, rng.IntN(names))
+					next := absent
+					if rng.IntN(3) > 0 {
+						next = 1 + rng.Int64N(1000)
+					}
+					mu.Lock()
+					inflight[name] = next
+					changes++
+					mu.Unlock()
+					var code int
+					var err error
+					if next == absent {
+						code, _, err = deleteLimiter(ctx, c.base, name)
+					} else {
+						code, _, err = putLimiter(ctx, c.base, name, next)
+					}
+					if err != nil {
+						// Killed: this change stays in flight, and
+						// this worker sends no other.
+						return
+					}
+					ok := (code == http.StatusOK || code == http.StatusCreated ||
+						code == http.StatusNoContent || next == absent && code == http.StatusNotFound)
+					if !ok {
+						t.Errorf("cycle %d: change %s to %d: status %d", cycle, name, next, code)
+					}
+					mu.Lock()
+					if ok {
+						acked[name] = next
+						delete(inflight, name)
+						acks++
+					}
+					mu.Unlock()
+				}
+			}(w, rng.Uint64())
+		}
+		time.Sleep(time.Duration(10+rng.IntN(150)) * time.Millisecond)
+		c.kill(t)
+		cancel()
+		wg.Wait()
+	}
+	c := startChild(t, "--data-dir", data)
+	got := definitions(t, c.base)
+	for name, want := range acked {
+		have := got[name]
+		if v, ok := inflight[name]; have != want && !(ok && have == v) {
+			t.Errorf("after the last kill: %s holds %d, want %d", name, have, want)
+		}
+	}
+	t.Logf("%d kills; %d changes sent, %d acknowledged, every acknowledged one kept", cycles, changes, acks)
+}

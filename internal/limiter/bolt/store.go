@@ -1,0 +1,257 @@
+// Package bolt keeps the embedded backend's limiters on disk, in one bbolt
+// file, so that they survive a restart of the process.
+package bolt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
+)
+
+// FileName is the name of the data file in its directory.
+const FileName = "ratelimiter.db"
+
+// format is what the data file's meta bucket holds under formatKey: a file
+// without it was not written by this package, and one with another value
+// by a version that this one cannot read.
+const format = "ratelimiter 1"
+
+var (
+	metaBucket     = []byte("meta")
+	formatKey      = []byte("format")
+	limitersBucket = []byte("limiters")
+)
+
+// lockTimeout is how long Open waits for another process to let go of the
+// file: bbolt holds an exclusive lock on it while open.
+const lockTimeout = time.Second
+
+var _ limiter.BatchStore = (*Store)(nil)
+
+// Store is a memory.Store whose definitions are also kept in a bbolt file.
+// Decisions are the memory store's, untouched: they never wait for the
+// disk. A definition created, replaced or deleted through Put or Delete is
+// on disk, synced, before the call returns nil; when the write fails the
+// call returns an error wrapping limiter.ErrNotDurable and the store keeps
+// the definition it had. Open reads the definitions back.
+//
+// Store is safe for concurrent use; changes to definitions are made one at
+// a time, decisions in parallel with them and with each other.
+type Store struct {
+	*memory.Store
+	db   *bbolt.DB
+	path string
+	mu   sync.Mutex // serializes Put and Delete, so that the file and mem agree
+}
+
+// Open opens (or creates) the data file in dir, creating dir if need be,
+// and puts the limiters it holds into mem, which should be empty. It
+// refuses a file it cannot trust rather than start empty: one that another
+// process holds open, one that is not a bbolt file or is corrupt, one that
+// bbolt reads but this package did not write, and one holding a definition
+// that mem refuses (more limiters than its maximum, say). The caller
+// closes the Store once nothing uses it.
+func Open(dir string, mem *memory.Store) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("bolt: data directory: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		// bbolt would make a new file of it; an empty file where one was
+		// written is a file lost, not a new start.
+		return nil, fmt.Errorf("bolt: %s is empty: %w; move it aside to start empty", path, errUnreadable)
+	}
+	db, err := openDB(path)
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, fmt.Errorf("bolt: %s is in use by another process (a second instance on the same data directory?)", path)
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, errUnreadable):
+		return nil, fmt.Errorf("bolt: %s is %w (corrupt, truncated or of another program): %w; move it aside to start empty", path, errUnreadable, err)
+	case err != nil:
+		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+	}
+	s := &Store{Store: mem, db: db, path: path}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("bolt: %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// load checks the file's format, writing it into a new file, and puts the
+// limiters the file holds into the memory store. It writes nothing to a
+// file it refuses.
+func (s *Store) load() error {
+	var fresh bool
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(metaBucket)
+		if meta == nil {
+			fresh = true
+			return tx.ForEach(func([]byte, *bbolt.Bucket) error { return errForeign })
+		}
+		if got := string(meta.Get(formatKey)); got != format {
+			return fmt.Errorf("%w: format %q, want %q", errForeign, got, format)
+		}
+		if tx.Bucket(limitersBucket) == nil {
+			return fmt.Errorf("%w: no %s bucket", errForeign, limitersBucket)
+		}
+		return tx.Bucket(limitersBucket).ForEach(func(k, v []byte) error {
+			def, err := decode(string(k), v)
+			if err != nil {
+				return err
+			}
+			if _, err := s.Store.Put(context.Background(), def); err != nil {
+				return fmt.Errorf("limiter %q: %w", def.Name, err)
+			}
+			return nil
+		})
+	})
+	if err != nil || !fresh {
+		return err
+	}
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		meta, err := tx.CreateBucket(metaBucket)
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(formatKey, []byte(format)); err != nil {
+			return err
+		}
+		_, err = tx.CreateBucket(limitersBucket)
+		return err
+	})
+}
+
+var (
+	errForeign    = errors.New("not a ratelimiter data file")
+	errUnreadable = errors.New("not a data file this service can read")
+)
+
+// openDB opens the bbolt file at path and checks every page of it. bbolt
+// panics on some corrupt pages rather than return an error, and a page
+// that a truncation cut off faults when read through its memory map:
+// openDB turns both into an error wrapping errUnreadable, at start-up,
+// rather than let them happen while serving.
+func openDB(path string) (db *bbolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				db.Close()
+			}
+			db, err = nil, fmt.Errorf("%w: %v", errUnreadable, r)
+		}
+	}()
+	db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockTimeout})
+	if err != nil {
+		return nil, err
+	}
+	err = db.View(func(tx *bbolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	return db, nil
+}
+
+// Put creates or replaces a limiter as memory.Store.Put does, and writes
+// its definition to the file before returning. Should the write fail, the
+// memory store is put back as it was: for that short while decisions saw
+// the new definition, and what they took from it is forgotten with it.
+func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	created, undo, err := s.Store.PutUndo(ctx, def)
+	if err != nil {
+		return false, err
+	}
+	v, err := encode(def.Normalize())
+	if err == nil {
+		err = s.db.Update(func(tx *bbolt.Tx) error {
+			return tx.Bucket(limitersBucket).Put([]byte(def.Name), v)
+		})
+	}
+	if err != nil {
+		undo()
+		return false, fmt.Errorf("bolt: put %q: %w: %w", def.Name, limiter.ErrNotDurable, err)
+	}
+	return created, nil
+}
+
+// Delete removes a limiter from the file, then from the memory store.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.Store.Get(ctx, name); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(limitersBucket).Delete([]byte(name))
+	})
+	if err != nil {
+		return fmt.Errorf("bolt: delete %q: %w: %w", name, limiter.ErrNotDurable, err)
+	}
+	return s.Store.Delete(ctx, name)
+}
+
+// Path returns the data file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the file. The memory store still decides, but Put and
+// Delete fail with limiter.ErrNotDurable.
+func (s *Store) Close() error { return s.db.Close() }
+
+// record is a definition as the file keeps it, under the limiter's name.
+type record struct {
+	Limit     int64  `json:"limit"`
+	PeriodNS  int64  `json:"period_ns"`
+	Algorithm string `json:"algorithm"`
+	Burst     int64  `json:"burst,omitempty"`
+	Group     string `json:"group,omitempty"`
+	Keyed     bool   `json:"keyed,omitempty"`
+	MaxKeys   int    `json:"max_keys,omitempty"`
+}
+
+func encode(def limiter.Definition) ([]byte, error) {
+	p := def.Policy
+	return json.Marshal(record{Limit: p.Limit, PeriodNS: int64(p.Period), Algorithm: string(p.Algorithm), Burst: p.Burst,
+		Group: def.Group, Keyed: def.Keyed, MaxKeys: def.MaxKeys})
+}
+
+// decode reads the definition of the limiter name, refusing one that no
+// Put could have written.
+func decode(name string, v []byte) (limiter.Definition, error) {
+	var r record
+	if err := json.Unmarshal(v, &r); err != nil {
+		return limiter.Definition{}, fmt.Errorf("limiter %q: %w", name, err)
+	}
+	def := limiter.Definition{
+		Name:   name,
+		Policy: limiter.Policy{Limit: r.Limit, Period: time.Duration(r.PeriodNS), Algorithm: limiter.Algorithm(r.Algorithm), Burst: r.Burst},
+		Group:  r.Group, Keyed: r.Keyed, MaxKeys: r.MaxKeys,
+	}
+	for _, err := range []error{limiter.CheckName(name), def.Policy.Validate(), limiter.CheckGroup(def.Group), limiter.CheckKeyed(def)} {
+		if err != nil {
+			return limiter.Definition{}, fmt.Errorf("limiter %q: %w", name, err)
+		}
+	}
+	return def, nil
+}
