@@ -43,6 +43,73 @@ type backend struct {
 	redeclare func(defs []limiter.Definition)
 }
 
+// newMemoryBackend builds the embedded backend: the limiters and the
+// per-IP tenants in this process, on one Clock, and with a data directory
+// kept on disk as well (see package bolt).
+func newMemoryBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*backend, error) {
+	clock := limiter.NewClock()
+	registry, err := tenant.New(cfg.Tenants, clock)
+	if err != nil {
+		return nil, &configError{fmt.Errorf("per-IP policy: %w", err)}
+	}
+	mem := memory.New(clock, cfg.MaxLimiters)
+	var (
+		store limiter.Store = mem
+		disk  *bolt.Store
+	)
+	closeStore := func() {}
+	if cfg.DataDir != "" {
+		if disk, err = bolt.Open(cfg.DataDir, mem, bolt.Options{Clock: clock, Tenants: registry}); err != nil {
+			return nil, err
+		}
+		store = disk
+		closeStore = func() {
+			if err := disk.Close(); err != nil {
+				logger.Error("closing the data file", "path", disk.Path(), "error", err)
+			}
+		}
+	}
+	b := &backend{
+		limiters:  limiter.NewService(store),
+		tenants:   tenant.NewService(registry, limiter.ServiceOptions{}),
+		registry:  registry,
+		healthy:   func() bool { return true },
+		up:        func() bool { return true },
+		close:     closeStore,
+		redeclare: func([]limiter.Definition) {},
+	}
+	for _, def := range cfg.Limiters {
+		if _, err := b.limiters.Put(ctx, def); err != nil {
+			closeStore()
+			return nil, fmt.Errorf("create limiter from %s: %w", cfg.ConfigFile, err)
+		}
+	}
+	if err := rls.Apply(ctx, b.limiters, cfg.Envoy); err != nil {
+		closeStore()
+		return nil, fmt.Errorf("create limiter from %s: %w", cfg.EnvoyConfigPath, err)
+	}
+	if disk == nil {
+		return b, nil
+	}
+	// The state last, once every limiter it may hold state for exists.
+	r, err := disk.Restore(func(err error) { logger.Error("saving the limiters' state", "error", err) })
+	if err != nil {
+		closeStore()
+		return nil, err
+	}
+	defs, _ := mem.List(ctx, "", cfg.MaxLimiters)
+	attrs := []any{"path", disk.Path(), "limiters", len(defs), "state_bytes", r.Bytes, "crashed", r.Crashed}
+	if !r.SavedAt.IsZero() {
+		attrs = append(attrs, "saved_at", r.SavedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if r.Crashed {
+		logger.Warn("the previous run ended without shutting down: every limiter and key starts exhausted, as if it had granted everything it held at this restart", attrs...)
+	} else {
+		logger.Info("state restored from the data directory", attrs...)
+	}
+	return b, nil
+}
+
 // declaredInterval is how often the Redis backend checks that the limiters
 // of the config file are in Redis. Decisions on a missing one create it at
 // once; the check brings back the others, for List.
@@ -53,47 +120,7 @@ const declaredInterval = 5 * time.Second
 // done: meanwhile decisions follow the failure mode, as in any outage.
 func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (*backend, error) {
 	if cfg.Backend != config.BackendRedis {
-		registry, err := tenant.New(cfg.Tenants, nil)
-		if err != nil {
-			return nil, &configError{fmt.Errorf("per-IP policy: %w", err)}
-		}
-		mem := memory.New(nil, cfg.MaxLimiters)
-		var store limiter.Store = mem
-		closeStore := func() {}
-		if cfg.DataDir != "" {
-			disk, err := bolt.Open(cfg.DataDir, mem)
-			if err != nil {
-				return nil, err
-			}
-			n, _ := mem.List(ctx, "", cfg.MaxLimiters)
-			logger.Info("limiters read from the data directory", "path", disk.Path(), "limiters", len(n))
-			store = disk
-			closeStore = func() {
-				if err := disk.Close(); err != nil {
-					logger.Error("closing the data file", "path", disk.Path(), "error", err)
-				}
-			}
-		}
-		b := &backend{
-			limiters:  limiter.NewService(store),
-			tenants:   tenant.NewService(registry, limiter.ServiceOptions{}),
-			registry:  registry,
-			healthy:   func() bool { return true },
-			up:        func() bool { return true },
-			close:     closeStore,
-			redeclare: func([]limiter.Definition) {},
-		}
-		for _, def := range cfg.Limiters {
-			if _, err := b.limiters.Put(ctx, def); err != nil {
-				closeStore()
-				return nil, fmt.Errorf("create limiter from %s: %w", cfg.ConfigFile, err)
-			}
-		}
-		if err := rls.Apply(ctx, b.limiters, cfg.Envoy); err != nil {
-			closeStore()
-			return nil, fmt.Errorf("create limiter from %s: %w", cfg.EnvoyConfigPath, err)
-		}
-		return b, nil
+		return newMemoryBackend(ctx, cfg, logger)
 	}
 
 	opts, err := redisconn.Options(cfg.Redis)

@@ -193,7 +193,9 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 func TestDataDir(t *testing.T) {
 	for name, load := range map[string]func() (Config, error){
 		"flag": func() (Config, error) { return Load([]string{"--data-dir", "/var/lib/rl"}, env(nil)) },
-		"env":  func() (Config, error) { return Load(nil, env(map[string]string{"RATELIMITER_DATA_DIR": "/var/lib/rl"})) },
+		"env": func() (Config, error) {
+			return Load(nil, env(map[string]string{"RATELIMITER_DATA_DIR": "/var/lib/rl"}))
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := load()

@@ -51,19 +51,47 @@ var _ limiter.BatchStore = (*Store)(nil)
 // a time, decisions in parallel with them and with each other.
 type Store struct {
 	*memory.Store
-	db   *bbolt.DB
-	path string
-	mu   sync.Mutex // serializes Put and Delete, so that the file and mem agree
+	db     *bbolt.DB
+	path   string
+	mu     sync.Mutex // serializes Put and Delete, so that the file and mem agree
+	clock  *limiter.Clock
+	wall   func() time.Time
+	tables map[string]Table // by name, the memory store's "limiters" among them
+
+	saveMu  sync.Mutex // one Save at a time
+	saver   *saver     // set by Restore
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// Options configures a Store beyond its memory store.
+type Options struct {
+	// Clock is the Clock the memory store and Tenants decide on, whose
+	// readings the snapshots record. It is required.
+	Clock *limiter.Clock
+	// Tenants, when not nil, is saved and restored with the limiters:
+	// the per-IP tenants, on the same Clock.
+	Tenants Table
+	// Wall reads the wall clock, for the time credited across a restart;
+	// time.Now when nil.
+	Wall func() time.Time
 }
 
 // Open opens (or creates) the data file in dir, creating dir if need be,
-// and puts the limiters it holds into mem, which should be empty. It
+// and puts the limiters it holds into mem, which should be empty and decide
+// on opts.Clock (Restore then reads their state back). It
 // refuses a file it cannot trust rather than start empty: one that another
 // process holds open, one that is not a bbolt file or is corrupt, one that
 // bbolt reads but this package did not write, and one holding a definition
 // that mem refuses (more limiters than its maximum, say). The caller
 // closes the Store once nothing uses it.
-func Open(dir string, mem *memory.Store) (*Store, error) {
+func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
+	if opts.Clock == nil {
+		return nil, errors.New("bolt: open: no clock")
+	}
+	if opts.Wall == nil {
+		opts.Wall = time.Now
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("bolt: data directory: %w", err)
 	}
@@ -82,7 +110,10 @@ func Open(dir string, mem *memory.Store) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
-	s := &Store{Store: mem, db: db, path: path}
+	s := &Store{Store: mem, db: db, path: path, clock: opts.Clock, wall: opts.Wall, tables: map[string]Table{"limiters": mem}}
+	if opts.Tenants != nil {
+		s.tables["tenants"] = opts.Tenants
+	}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("bolt: %s: %w", path, err)
@@ -214,10 +245,6 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 
 // Path returns the data file's path.
 func (s *Store) Path() string { return s.path }
-
-// Close closes the file. The memory store still decides, but Put and
-// Delete fail with limiter.ErrNotDurable.
-func (s *Store) Close() error { return s.db.Close() }
 
 // record is a definition as the file keeps it, under the limiter's name.
 type record struct {

@@ -22,7 +22,7 @@ import (
 
 func open(t *testing.T, dir string) *Store {
 	t.Helper()
-	s, err := Open(dir, memory.New(nil, 0))
+	s, err := Open(dir, memory.New(nil, 0), Options{Clock: limiter.NewClock()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestDefinitionsSurviveReopen(t *testing.T) {
 func TestRefusedChangeIsNotWritten(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := Open(dir, memory.New(nil, 2))
+	s, err := Open(dir, memory.New(nil, 2), Options{Clock: limiter.NewClock()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 func TestSecondOpenRefused(t *testing.T) {
 	dir := t.TempDir()
 	open(t, dir)
-	_, err := Open(dir, memory.New(nil, 0))
+	_, err := Open(dir, memory.New(nil, 0), Options{Clock: limiter.NewClock()})
 	if err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Fatalf("second Open: got %v, want an error saying the file is in use", err)
 	}
@@ -158,7 +158,7 @@ func TestSecondOpenRefused(t *testing.T) {
 func TestUntrustedFileRefused(t *testing.T) {
 	valid := func(t *testing.T, path string) {
 		t.Helper()
-		s, err := Open(filepath.Dir(path), memory.New(nil, 0))
+		s, err := Open(filepath.Dir(path), memory.New(nil, 0), Options{Clock: limiter.NewClock()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +234,7 @@ func TestUntrustedFileRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := Open(dir, memory.New(nil, 0))
+			s, err := Open(dir, memory.New(nil, 0), Options{Clock: limiter.NewClock()})
 			if err == nil {
 				s.Close()
 				t.Fatal("Open succeeded")
@@ -265,7 +265,7 @@ func TestFullDisk(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("umount", dir).Run() })
 	ctx := context.Background()
-	s, err := Open(dir, memory.New(nil, 0))
+	s, err := Open(dir, memory.New(nil, 0), Options{Clock: limiter.NewClock()})
 	if err != nil {
 		t.Fatal(err)
 	}

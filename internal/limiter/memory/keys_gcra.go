@@ -128,6 +128,11 @@ type gcraShard struct {
 }
 
 type gcraTable struct {
+	// floor is the TAT a key the table does not remember starts from: the
+	// zero TAT (a full bucket), or after a crash the TAT of a bucket
+	// emptied at the restart (see Keys.Restore). It is set before the
+	// table is shared.
+	floor    limiter.TAT
 	rate     limiter.Rate
 	limit    int64
 	interval time.Duration // see refillInterval
@@ -260,7 +265,7 @@ func (st *gcraTable) acquire(key string, now, n int64) (limiter.Decision, bool) 
 		s.mu.Unlock()
 		return d, false
 	}
-	tat, d := st.rate.Acquire(limiter.TAT{}, now, n)
+	tat, d := st.rate.Acquire(st.floor, now, n)
 	if !d.Allowed {
 		// Nothing to remember: a denial records nothing.
 		s.mu.Unlock()
@@ -417,7 +422,7 @@ func (st *gcraTable) admitAtBound(key string, h uint64, now, n int64) (limiter.D
 		st.release(1)
 		return s.take(st, i, now, n), false
 	}
-	tat, d := st.rate.Acquire(limiter.TAT{}, now, n)
+	tat, d := st.rate.Acquire(st.floor, now, n)
 	s.insert(st, key, h, i, tat, now)
 	return d, false
 }
@@ -508,7 +513,7 @@ func (st *gcraTable) available(key string, now int64) (limiter.Availability, boo
 	h := st.hash(key)
 	s := st.shard(h)
 	s.mu.Lock()
-	tat := limiter.TAT{}
+	tat := st.floor
 	i, found := s.find(key, h)
 	if found {
 		tat = s.slot(i).tat()
@@ -529,7 +534,7 @@ func (st *gcraTable) available(key string, now int64) (limiter.Availability, boo
 func (st *gcraTable) availableAtBound(now int64) (limiter.Availability, bool) {
 	v, ok := st.victim()
 	if !ok || st.rate.Available(v.tat, now).Remaining > 0 {
-		return st.rate.Available(limiter.TAT{}, now), false
+		return st.rate.Available(st.floor, now), false
 	}
 	_, vd := st.rate.Acquire(v.tat, now, 1)
 	return tableFullAvailability(st.limit, vd.RetryAfter), true

@@ -62,8 +62,8 @@ func (k *Keys) admission() *admission {
 	return &k.log.admission
 }
 
-// load copies the key's state into c.b; c.mu must be held.
-func (c *cell) load() {
+// load copies the key's state at now into c.b; c.mu must be held.
+func (c *cell) load(now int64) {
 	k := c.ks
 	c.b = k.proto
 	if k.gcra != nil {
@@ -72,6 +72,8 @@ func (c *cell) load() {
 		c.found = found
 		if found {
 			c.b.SetTAT(s.slot(i).tat())
+		} else {
+			c.b.SetTAT(k.gcra.floor)
 		}
 		return
 	}
@@ -79,6 +81,8 @@ func (c *cell) load() {
 	c.found = t != nil
 	if t != nil {
 		c.b.SetLog(t.log)
+	} else {
+		c.b.SetLog(k.log.start(now))
 	}
 }
 
@@ -250,7 +254,7 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, set
 			continue
 		}
 		c := &parts[j].cell
-		c.load()
+		c.load(now)
 		bs[j] = &c.b
 		if !c.found && !c.reserved && records(j) {
 			homeless = append(homeless, j)

@@ -50,10 +50,16 @@ type logShard struct {
 }
 
 type logTable struct {
-	window   limiter.Window
-	limit    int64
-	interval time.Duration // see refillInterval
-	seed     maphash.Seed
+	// floor is the log a key the table does not remember starts from,
+	// until floorUntil: none (an empty log), or after a crash the log of a
+	// bucket emptied at the restart (see Keys.Restore). Both are set before
+	// the table is shared.
+	floor      limiter.Log
+	floorUntil int64
+	window     limiter.Window
+	limit      int64
+	interval   time.Duration // see refillInterval
+	seed       maphash.Seed
 	admission
 	mask   uint64 // len(shards) - 1
 	shards []logShard
@@ -127,7 +133,7 @@ func (st *logTable) acquire(key string, now, n int64) (limiter.Decision, bool) {
 		s.mu.Unlock()
 		return d, false
 	}
-	t := new(logKey)
+	t := &logKey{log: st.start(now)}
 	d := t.log.Acquire(st.window, now, n)
 	if !d.Allowed {
 		s.mu.Unlock()
@@ -161,7 +167,7 @@ func (st *logTable) admitAtBound(key string, now, n int64) (limiter.Decision, bo
 		}
 		return d, false
 	}
-	t := new(logKey)
+	t := &logKey{log: st.start(now)}
 	d := t.log.Acquire(st.window, now, n)
 	t.reset = addNanos(now, d.ResetAfter)
 	s.put(key, t)
@@ -225,14 +231,24 @@ func (st *logTable) available(key string, now int64) (limiter.Availability, bool
 	if st.count.Load() >= st.max {
 		return st.availableAtBound(now)
 	}
-	var empty limiter.Log
-	return empty.Available(st.window, now), false
+	fresh := st.start(now)
+	return fresh.Available(st.window, now), false
+}
+
+// start returns the log a key the table does not remember starts from at
+// now: its own copy of the floor while the floor holds grants, else an
+// empty one.
+func (st *logTable) start(now int64) limiter.Log {
+	if now < st.floorUntil {
+		return st.floor.Clone()
+	}
+	return limiter.Log{}
 }
 
 // availableAtBound is gcraTable.availableAtBound for logs: the key it
 // would evict is the one whose log empties first.
 func (st *logTable) availableAtBound(now int64) (limiter.Availability, bool) {
-	var empty limiter.Log
+	empty := st.start(now)
 	vs, v, ok := st.victim()
 	if !ok {
 		return empty.Available(st.window, now), false

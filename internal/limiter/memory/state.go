@@ -1,0 +1,372 @@
+package memory
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
+)
+
+// The state of a Store or a Keys is written as a compact binary record (the
+// layout below; integers are varints) that RestoreState reads back into a
+// Store or Keys of the same definitions, on the timeline of another Clock:
+//
+//	store: count, then count × (name, keyed byte, plain or keys)
+//	plain: policy, bucket
+//	keys:  policy, shards, then shards × (count, count × (key, bucket))
+//	policy: limit, period, algorithm, burst
+//	bucket: GCRA: TAT nanoseconds, TAT fraction; sliding log: count, count × (at, permits)
+//
+// A limiter whose policy is not the one recorded (replaced while the
+// service was down) keeps the state it has: a new policy starts full.
+//
+// RestoreState with crashed set applies the rule for state whose last
+// changes may be lost: every bucket is exhausted at now (see
+// limiter.Bucket.Exhaust), the buckets of limiters and keys missing from
+// the record included, as if each had granted at now everything it held.
+
+// ErrCorruptState reports a state record that RestoreState cannot read.
+var ErrCorruptState = errors.New("corrupt state record")
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendPolicy(b []byte, p limiter.Policy) []byte {
+	b = binary.AppendUvarint(b, uint64(p.Limit))
+	b = binary.AppendVarint(b, int64(p.Period))
+	b = appendString(b, string(p.Algorithm))
+	return binary.AppendUvarint(b, uint64(p.Burst))
+}
+
+func appendBucket(b []byte, p limiter.Policy, s limiter.State) []byte {
+	if p.Algorithm == limiter.GCRA {
+		b = binary.AppendVarint(b, s.TAT.NS)
+		return binary.AppendUvarint(b, uint64(s.TAT.Frac))
+	}
+	b = binary.AppendUvarint(b, uint64(len(s.Grants)))
+	for _, g := range s.Grants {
+		b = binary.AppendVarint(b, g.At)
+		b = binary.AppendUvarint(b, uint64(g.N))
+	}
+	return b
+}
+
+// stateReader reads a state record, remembering the first error.
+type stateReader struct {
+	b   []byte
+	err error
+}
+
+func (r *stateReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s at %d bytes from the end", ErrCorruptState, what, len(r.b))
+	}
+	r.b = nil
+}
+
+func (r *stateReader) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *stateReader) varint(what string) int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// count reads a count of items of at least min bytes each, refusing one
+// that the rest of the record cannot hold.
+func (r *stateReader) count(what string, min int) int {
+	n := r.uvarint(what)
+	if n > uint64(len(r.b)/min) {
+		r.fail(what)
+		return 0
+	}
+	return int(n)
+}
+
+func (r *stateReader) string(what string) string {
+	n := r.uvarint(what)
+	if n > uint64(len(r.b)) {
+		r.fail(what)
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *stateReader) policy() limiter.Policy {
+	p := limiter.Policy{
+		Limit:     int64(r.uvarint("limit")),
+		Period:    time.Duration(r.varint("period")),
+		Algorithm: limiter.Algorithm(r.string("algorithm")),
+		Burst:     int64(r.uvarint("burst")),
+	}
+	if r.err == nil && p.Validate() != nil {
+		r.fail("policy")
+	}
+	return p
+}
+
+func (r *stateReader) bucket(p limiter.Policy) limiter.State {
+	if p.Algorithm == limiter.GCRA {
+		ns := r.varint("TAT")
+		frac := r.uvarint("TAT fraction")
+		if frac >= uint64(p.Limit) {
+			r.fail("TAT fraction")
+		}
+		return limiter.State{TAT: limiter.TAT{NS: ns, Frac: uint32(frac)}}
+	}
+	n := r.count("grants", 2)
+	gs := make([]limiter.Grant, n)
+	for i := range gs {
+		gs[i] = limiter.Grant{At: r.varint("grant instant"), N: int64(r.uvarint("grant permits"))}
+		if gs[i].N < 1 || gs[i].N > limiter.MaxLimit+limiter.MaxLogDebt || i > 0 && gs[i].At < gs[i-1].At {
+			r.fail("grant")
+		}
+	}
+	return limiter.State{Grants: gs}
+}
+
+// AppendState appends the state of every key k remembers to b, each shard
+// read under its lock, and returns the extended slice.
+func (k *Keys) AppendState(b []byte) []byte {
+	b = appendPolicy(b, k.policy)
+	if st := k.gcra; st != nil {
+		b = binary.AppendUvarint(b, uint64(len(st.shards)))
+		for i := range st.shards {
+			s := &st.shards[i]
+			s.mu.Lock()
+			b = binary.AppendUvarint(b, uint64(s.live))
+			for j := range s.nslots {
+				if sl := s.slot(j); sl.state == slotLive {
+					key := s.key(j)
+					b = appendString(b, string(key.bytes()))
+					b = appendBucket(b, k.policy, limiter.State{TAT: sl.tat()})
+				}
+			}
+			s.mu.Unlock()
+		}
+		return b
+	}
+	st := k.log
+	b = binary.AppendUvarint(b, uint64(len(st.shards)))
+	for i := range st.shards {
+		s := &st.shards[i]
+		s.mu.Lock()
+		b = binary.AppendUvarint(b, uint64(len(s.keys)))
+		for key, t := range s.keys {
+			bk := k.proto
+			bk.SetLog(t.log)
+			b = appendString(b, key)
+			b = appendBucket(b, k.policy, bk.State())
+		}
+		s.mu.Unlock()
+	}
+	return b
+}
+
+// RestoreState reads the state of keys that AppendState wrote at the
+// start of b into k, whose policy must be the one recorded for anything to
+// be restored, and returns what follows it; an empty b records nothing. Each instant is shifted by
+// shift nanoseconds onto k's timeline (see limiter.State.Shift); with
+// crashed, every bucket is exhausted at now and keys k does not remember
+// start exhausted too (see StartExhausted). Keys beyond k's bound are not
+// remembered: they start exhausted. It is for a Keys on which nothing is
+// decided yet.
+func (k *Keys) RestoreState(b []byte, shift int64, crashed bool, now int64) ([]byte, error) {
+	if len(b) == 0 { // nothing recorded
+		if crashed {
+			k.StartExhausted(now)
+		}
+		return nil, nil
+	}
+	r := &stateReader{b: b}
+	k.restore(r, shift, crashed, now)
+	return r.b, r.err
+}
+
+func (k *Keys) restore(r *stateReader, shift int64, crashed bool, now int64) {
+	p := r.policy()
+	same := p.Normalize() == k.policy
+	shards := r.count("shards", 1)
+	overflow := false
+	for range shards {
+		n := r.count("keys", 2)
+		for range n {
+			key := r.string("key")
+			s := r.bucket(p)
+			if r.err != nil {
+				return
+			}
+			if !same || len(key) == 0 || len(key) > limiter.MaxKeyLen {
+				continue
+			}
+			bk := k.proto
+			bk.SetState(s.Shift(shift))
+			if bk.Empty(now) {
+				continue // a full bucket, or the floor after a crash
+			}
+			if crashed {
+				bk.Exhaust(now)
+			}
+			if !k.remember(key, &bk, now) {
+				overflow = true
+			}
+		}
+	}
+	if crashed || overflow {
+		k.StartExhausted(now)
+	}
+}
+
+// remember puts key in the table with the state of b, not full at now,
+// unless the table holds its bound.
+func (k *Keys) remember(key string, b *limiter.Bucket, now int64) bool {
+	if st := k.gcra; st != nil {
+		h := st.hash(key)
+		s := st.shard(h)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		i, found := s.find(key, h)
+		if found {
+			return true // a record holds each key once
+		}
+		if !st.reserve() {
+			return false
+		}
+		s.insert(st, key, h, i, b.TAT(), now)
+		return true
+	}
+	st := k.log
+	s := st.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keys[key] != nil {
+		return true
+	}
+	if !st.reserve() {
+		return false
+	}
+	l := b.Log()
+	av := l.Available(st.window, now)
+	s.put(key, &logKey{log: l, reset: addNanos(now, av.ResetAfter)})
+	return true
+}
+
+// StartExhausted makes a key k does not remember start from a bucket
+// exhausted at now (see limiter.Bucket.Exhaust) instead of a full one,
+// until that bucket is full again: the rule after a crash for the keys
+// whose state was lost with it, which may have been granted anything. It
+// is for a Keys on which nothing is decided yet.
+func (k *Keys) StartExhausted(now int64) {
+	b := k.proto
+	b.Exhaust(now)
+	if st := k.gcra; st != nil {
+		st.floor = b.TAT()
+		return
+	}
+	st := k.log
+	st.floor = b.Log()
+	st.floorUntil = addNanos(now, k.policy.Period)
+}
+
+// AppendState appends the state of every limiter in s to b, and returns
+// the extended slice. Definitions are not changed meanwhile; decisions go
+// on, each limiter and shard of keys read under its own lock.
+func (s *Store) AppendState(b []byte) []byte {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b = binary.AppendUvarint(b, uint64(len(s.byKey)))
+	s.names.Scan(func(name string) bool {
+		e := s.byKey[name]
+		b = appendString(b, name)
+		if e.keys != nil {
+			b = append(b, 1)
+			b = e.keys.AppendState(b)
+			return true
+		}
+		b = append(b, 0)
+		b = appendPolicy(b, e.l.Policy())
+		b = appendBucket(b, e.l.Policy(), e.l.State())
+		return true
+	})
+	return b
+}
+
+// RestoreState reads into s the state AppendState wrote as b (an empty b
+// records nothing), as
+// Keys.RestoreState does for each keyed limiter: a limiter of s missing
+// from b, or recorded with another policy, keeps its state, exhausted at
+// now when crashed. It is for a Store on which nothing is decided yet.
+func (s *Store) RestoreState(b []byte, shift int64, crashed bool, now int64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r := &stateReader{b: b}
+	restored := make(map[string]bool)
+	n := 0
+	if len(b) > 0 { // else nothing recorded
+		n = r.count("limiters", 3)
+	}
+	for range n {
+		name := r.string("name")
+		keyed := len(r.b) > 0 && r.b[0] == 1
+		if len(r.b) == 0 || r.b[0] > 1 {
+			r.fail("kind")
+			break
+		}
+		r.b = r.b[1:]
+		e, ok := s.byKey[name]
+		if keyed {
+			ks := e.keys
+			if !ok || ks == nil {
+				ks = NewKeys(limiter.Policy{Limit: 1, Period: time.Second}, 1) // reads and drops the record
+			}
+			ks.restore(r, shift, crashed, now)
+			restored[name] = ok && e.keys != nil
+			continue
+		}
+		p := r.policy()
+		st := r.bucket(p)
+		if r.err != nil {
+			break
+		}
+		if ok && e.keys == nil && p.Normalize() == e.l.Policy() {
+			e.l.SetState(st.Shift(shift))
+			restored[name] = true
+		}
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("trailing bytes")
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if !crashed {
+		return nil
+	}
+	for name, e := range s.byKey {
+		switch {
+		case e.keys == nil:
+			e.l.Exhaust(now)
+		case !restored[name]:
+			e.keys.StartExhausted(now)
+		}
+	}
+	return nil
+}
