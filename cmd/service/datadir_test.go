@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,12 +12,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
 // childEnv makes the test binary run the service instead of its tests, so
@@ -305,4 +309,155 @@ func TestDataDirSurvivesKill(t *testing.T) {
 		}
 	}
 	t.Logf("%d kills; %d changes sent, %d acknowledged, every acknowledged one kept", cycles, changes, acks)
+}
+
+// loadTarget is one bucket the kill test drives: an acquire URL path, its
+// JSON body, and the policy its grants are held to.
+type loadTarget struct {
+	name, path, body string
+	policy           limiter.Policy
+}
+
+// timedGrant is a grant seen by a client: the service made it at some
+// instant between sent and received, on the wall clock.
+type timedGrant struct{ sent, received int64 }
+
+// TestKillUnderLoadNeverOverAdmits kills the service with SIGKILL at
+// random instants while clients acquire from a GCRA limiter, a sliding
+// log, two keys of a keyed limiter and a tenant, and restarts it on the
+// same data directory each time (a graceful stop now and then). No bucket
+// ever exceeds its contract across the restarts: a set of grants that
+// surely fell within one window (the first sent and the last answered
+// within it) never holds more than the contract allows. Cycles as
+// TestDataDirSurvivesKill.
+func TestKillUnderLoadNeverOverAdmits(t *testing.T) {
+	cycles := 10
+	if v := os.Getenv("RATELIMITER_KILL_CYCLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("RATELIMITER_KILL_CYCLES=%q: want a positive count", v)
+		}
+		cycles = n
+	}
+	gcra := limiter.Policy{Limit: 20, Period: time.Second, Burst: 5}
+	log := limiter.Policy{Limit: 15, Period: time.Second, Algorithm: limiter.SlidingLog}
+	keyed := limiter.Policy{Limit: 10, Period: time.Second}
+	tenants := limiter.Policy{Limit: 12, Period: time.Second, Algorithm: limiter.SlidingLog}
+	targets := []loadTarget{
+		{"gcra", "/v1/limiters/gcra/acquire", `{"permits":1}`, gcra},
+		{"log", "/v1/limiters/log/acquire", `{"permits":1}`, log},
+		{"keyed/alice", "/v1/limiters/keyed/acquire", `{"permits":1,"key":"alice"}`, keyed},
+		{"keyed/bob", "/v1/limiters/keyed/acquire", `{"permits":1,"key":"bob"}`, keyed},
+		{"tenant", "/v1/tenants/198.51.100.7/acquire", `{"permits":1}`, tenants},
+	}
+	args := []string{"--data-dir", t.TempDir(), "--tenant-limit", "12", "--tenant-period", "1s", "--tenant-algorithm", "sliding_log"}
+	c := startChild(t, args...)
+	for _, def := range []string{
+		`gcra {"limit":20,"period":"1s","burst":5}`,
+		`log {"limit":15,"period":"1s","algorithm":"sliding_log"}`,
+		`keyed {"limit":10,"period":"1s","keyed":true}`,
+	} {
+		name, body, _ := strings.Cut(def, " ")
+		req, _ := http.NewRequest(http.MethodPut, c.base+"/v1/limiters/"+name, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if code, b, err := do(req); err != nil || code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s %v", name, code, b, err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	grants := make([][]timedGrant, len(targets))
+	var mu sync.Mutex
+	var sent, kills, stops int
+	for cycle := range cycles {
+		if cycle > 0 {
+			c = startChild(t, args...)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for w := range 6 {
+			wg.Add(1)
+			go func(seed uint64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, 0))
+				client := &http.Client{}
+				for ctx.Err() == nil {
+					i := rng.IntN(len(targets))
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.base+targets[i].path, strings.NewReader(targets[i].body))
+					req.Header.Set("Content-Type", "application/json")
+					before := time.Now().UnixNano()
+					resp, err := client.Do(req)
+					if err != nil {
+						return // the service is gone
+					}
+					var d struct {
+						Allowed bool `json:"allowed"`
+					}
+					err = json.NewDecoder(resp.Body).Decode(&d)
+					resp.Body.Close()
+					after := time.Now().UnixNano()
+					mu.Lock()
+					sent++
+					if err == nil && resp.StatusCode == http.StatusOK && d.Allowed {
+						grants[i] = append(grants[i], timedGrant{before, after})
+					}
+					mu.Unlock()
+				}
+			}(rng.Uint64() + uint64(w))
+		}
+		time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond)
+		if rng.IntN(5) == 0 {
+			c.stop(t)
+			stops++
+		} else {
+			c.kill(t)
+			kills++
+		}
+		cancel()
+		wg.Wait()
+	}
+	allowed := 0
+	for i, tg := range targets {
+		allowed += len(grants[i])
+		if err := sureViolation(tg.policy, grants[i]); err != nil {
+			t.Errorf("%s: %v", tg.name, err)
+		}
+	}
+	t.Logf("%d kills and %d graceful stops; %d acquisitions sent, %d allowed", kills, stops, sent, allowed)
+}
+
+// sureViolation reports a set of grants that surely fell within one
+// interval of length w (the first sent and the last answered within it)
+// and holds more than p's contract allows in w: Limit within a Period for
+// the sliding log, Burst + ⌊w·Limit/Period⌋ for GCRA, with w up to five
+// periods.
+func sureViolation(p limiter.Policy, gs []timedGrant) error {
+	p = p.Normalize()
+	slices.SortFunc(gs, func(a, b timedGrant) int { return cmp.Compare(a.sent, b.sent) })
+	period := int64(p.Period)
+	for i := range gs {
+		// The grants sent from gs[i] on, answered by end, surely fell
+		// within [gs[i].sent, end].
+		var answered []int64
+		for _, g := range gs[i:] {
+			if g.sent-gs[i].sent > 5*period {
+				break
+			}
+			answered = append(answered, g.received)
+		}
+		slices.Sort(answered)
+		for k, end := range answered {
+			w := end - gs[i].sent
+			bound := p.Burst + w*p.Limit/period
+			if p.Algorithm == limiter.SlidingLog {
+				if w >= period {
+					break
+				}
+				bound = p.Limit
+			}
+			if int64(k+1) > bound {
+				return fmt.Errorf("%d grants surely within %v, from %v on; the contract allows %d", k+1, time.Duration(w), time.Unix(0, gs[i].sent).UTC().Format(time.RFC3339Nano), bound)
+			}
+		}
+	}
+	return nil
 }

@@ -15,7 +15,7 @@ import (
 //
 //	store: count, then count × (name, keyed byte, plain or keys)
 //	plain: policy, bucket
-//	keys:  policy, shards, then shards × (count, count × (key, bucket))
+//	keys:  policy, floor bucket, shards, then shards × (count, count × (key, bucket))
 //	policy: limit, period, algorithm, burst
 //	bucket: GCRA: TAT nanoseconds, TAT fraction; sliding log: count, count × (at, permits)
 //
@@ -147,6 +147,7 @@ func (r *stateReader) bucket(p limiter.Policy) limiter.State {
 // read under its lock, and returns the extended slice.
 func (k *Keys) AppendState(b []byte) []byte {
 	b = appendPolicy(b, k.policy)
+	b = appendBucket(b, k.policy, k.floorState())
 	if st := k.gcra; st != nil {
 		b = binary.AppendUvarint(b, uint64(len(st.shards)))
 		for i := range st.shards {
@@ -204,6 +205,9 @@ func (k *Keys) RestoreState(b []byte, shift int64, crashed bool, now int64) ([]b
 func (k *Keys) restore(r *stateReader, shift int64, crashed bool, now int64) {
 	p := r.policy()
 	same := p.Normalize() == k.policy
+	if floor := r.bucket(p); same && r.err == nil {
+		k.setFloor(floor.Shift(shift), now)
+	}
 	shards := r.count("shards", 1)
 	overflow := false
 	for range shards {
@@ -267,6 +271,35 @@ func (k *Keys) remember(key string, b *limiter.Bucket, now int64) bool {
 	av := l.Available(st.window, now)
 	s.put(key, &logKey{log: l, reset: addNanos(now, av.ResetAfter)})
 	return true
+}
+
+// floorState is the state a key k does not remember starts from (see
+// StartExhausted): a zero TAT or no grants for a full bucket.
+func (k *Keys) floorState() limiter.State {
+	b := k.proto
+	if st := k.gcra; st != nil {
+		b.SetTAT(st.floor)
+	} else {
+		b.SetLog(k.log.floor.Clone())
+	}
+	return b.State()
+}
+
+// setFloor makes s, unless it is a full bucket at now, the state a key k
+// does not remember starts from, as StartExhausted does.
+func (k *Keys) setFloor(s limiter.State, now int64) {
+	b := k.proto
+	b.SetState(s)
+	if b.Empty(now) {
+		return
+	}
+	if st := k.gcra; st != nil {
+		st.floor = b.TAT()
+		return
+	}
+	st := k.log
+	st.floor = b.Log()
+	st.floorUntil = addNanos(s.Grants[len(s.Grants)-1].At, k.policy.Period)
 }
 
 // StartExhausted makes a key k does not remember start from a bucket

@@ -119,7 +119,7 @@ func TestStateRestoresExactly(t *testing.T) {
 
 // After a crash the snapshot may be older than the last grants. Restored
 // with crashed set, no bucket ever exceeds its limit across any number of
-// crashes, checked on every grant of every limiter and key, those made
+// crashes and graceful restarts, checked on every grant of every limiter and key, those made
 // before each crash included, against the contract of its algorithm.
 // Trusting the snapshot instead does exceed it: the check can fail.
 func TestStateAfterCrashNeverOverAdmits(t *testing.T) {
@@ -132,9 +132,10 @@ func TestStateAfterCrashNeverOverAdmits(t *testing.T) {
 		grants := make(map[string][]limiter.Grant) // by limiter and key
 		var snap []byte
 		snapClock := clock
-		for range 6 { // runs, each ended by a crash
-			for range 40 + rng.IntN(200) {
-				wall.Advance(time.Duration(rng.Int64N(int64(60 * time.Millisecond))))
+		for range 10 { // runs, each ended by a crash or a graceful stop
+			// Runs of 0 to 3 periods: a crash's exhaustion may outlast one.
+			for range 5 + rng.IntN(120) {
+				wall.Advance(time.Duration(rng.Int64N(int64(50 * time.Millisecond))))
 				op := randomOp(rng)
 				if d := op.do(t, s); d.Allowed {
 					id := op.def.Name + "/" + op.key
@@ -144,15 +145,21 @@ func TestStateAfterCrashNeverOverAdmits(t *testing.T) {
 					snap, snapClock = s.AppendState(nil), clock
 				}
 			}
-			// The crash, and a restart after 0 to 1.5 periods.
-			wall.Advance(time.Duration(rng.Int64N(int64(1500 * time.Millisecond))))
+			// A graceful stop now and then, which snapshots the state
+			// last; otherwise a crash. Then a restart after 0 to 1.5
+			// periods, most often short.
+			graceful := rng.IntN(3) == 0
+			if graceful {
+				snap, snapClock = s.AppendState(nil), clock
+			}
+			wall.Advance(time.Duration(rng.Int64N(int64(1500*time.Millisecond)) >> rng.IntN(4)))
 			if rng.IntN(2) == 0 {
 				wall.StepWall(time.Duration(rng.Int64N(int64(time.Minute))))
 			}
 			clock = wall.Limiter()
 			s = newStateStore(t, clock, unbounded()...)
 			shift := clock.Now() - snapClock.Now() // the snapshot's Clock reads on
-			if err := s.RestoreState(snap, shift, crashed, clock.Now()); err != nil {
+			if err := s.RestoreState(snap, shift, crashed && !graceful, clock.Now()); err != nil {
 				return 0, err
 			}
 			snapClock = clock
@@ -176,7 +183,7 @@ func TestStateAfterCrashNeverOverAdmits(t *testing.T) {
 		return n, nil
 	}
 	trusted := 0
-	for seed := range uint64(100) {
+	for seed := range uint64(300) {
 		if _, err := violations(seed, true); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -189,7 +196,7 @@ func TestStateAfterCrashNeverOverAdmits(t *testing.T) {
 	if trusted == 0 {
 		t.Error("trusting the snapshot after a crash never exceeded a limit: the check cannot fail")
 	}
-	t.Logf("trusting the snapshot: %d buckets over their limit over 100 seeds; exhausting: none", trusted)
+	t.Logf("trusting the snapshot: %d buckets over their limit over 300 seeds; exhausting: none", trusted)
 }
 
 // A record cut short, or one with a byte changed, is refused or restores
