@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/client"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/bolt"
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 )
 
@@ -397,5 +398,45 @@ func TestTooManyLimiters(t *testing.T) {
 	}
 	if res, body := e.raw(http.MethodPut, "/v1/limiters/c", "application/json", `{"limit":5,"period":"1m"}`); res.StatusCode != http.StatusCreated {
 		t.Errorf("put after a deletion: got %d %s, want 201", res.StatusCode, body)
+	}
+}
+
+// A definition change the data directory cannot take is a 503 that says
+// nothing changed, with nothing internal in it; the definition in force
+// before stays, and decisions go on.
+func TestDefinitionNotWrittenToDisk(t *testing.T) {
+	disk, err := bolt.Open(t.TempDir(), memory.New(nil, 0), bolt.Options{Clock: limiter.NewClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(o *Options) { o.Limiters = limiter.NewService(disk) })
+	e.put("a", client.LimiterSpec{Limit: 5, Period: "1m"})
+	if err := disk.Close(); err != nil { // every write fails from now on
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPut, "/v1/limiters/b", `{"limit":5,"period":"1m"}`},
+		{http.MethodPut, "/v1/limiters/a", `{"limit":50,"period":"1h"}`},
+		{http.MethodDelete, "/v1/limiters/a", ""},
+	} {
+		ct := ""
+		if tc.body != "" {
+			ct = "application/json"
+		}
+		res, body := e.raw(tc.method, tc.path, ct, tc.body)
+		p := checkProblem(t, res, body, http.StatusServiceUnavailable)
+		if want := "was not changed"; !strings.Contains(*p.Detail, want) || strings.Contains(string(body), "database") {
+			t.Errorf("%s %s: detail %q, want it to say %q and nothing internal", tc.method, tc.path, *p.Detail, want)
+		}
+	}
+	if res, body := e.raw(http.MethodGet, "/v1/limiters/b", "", ""); res.StatusCode != http.StatusNotFound {
+		t.Errorf("GET the limiter not created: got %d %s, want 404", res.StatusCode, body)
+	}
+	got, err := e.c.GetLimiterWithResponse(context.Background(), "a")
+	if err != nil || got.JSON200 == nil || got.JSON200.Limit != 5 || got.JSON200.Period != "1m0s" {
+		t.Errorf("GET the limiter not replaced: %v %s, want limit 5 per 1m", err, got.Body)
+	}
+	if res, body := e.raw(http.MethodPost, "/v1/limiters/a/acquire", "application/json", `{"permits":2}`); res.StatusCode != http.StatusOK || !strings.Contains(string(body), `"allowed":true`) {
+		t.Errorf("acquire: got %d %s, want allowed", res.StatusCode, body)
 	}
 }
