@@ -26,6 +26,10 @@ RUN go build -trimpath -buildvcs=false -tags grpcnotrace \
       -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/ratelimiter ./cmd/service \
  && /out/ratelimiter --version
+# An empty directory for --data-dir, which the runtime stage gives to the
+# service's user: a volume mounted there (docker run -v NAME:/var/lib/ratelimiter)
+# starts writable. WORKDIR makes it without a shell, which the base may lack.
+WORKDIR /out/data
 
 FROM ${RUNTIME_IMAGE}
 ARG VERSION=dev
@@ -38,6 +42,7 @@ LABEL org.opencontainers.image.title="ratelimiter" \
 # CA certificates for an OTLP exporter reached over TLS.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/ratelimiter /ratelimiter
+COPY --from=build --chown=65532:65532 /out/data /var/lib/ratelimiter
 USER 65532:65532
 EXPOSE 8080 8081
 ENTRYPOINT ["/ratelimiter"]

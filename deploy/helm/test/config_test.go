@@ -341,6 +341,10 @@ backend: {type: redis, redis: {addrs: ['redis:6379']}}
 			if got := cfg.Envoy.Domains(); !slices.Equal(got, wantDomains) {
 				t.Errorf("Envoy domains: got %q, want %q", got, wantDomains)
 			}
+			wantDataDir := ""
+			if lookup(t, values, "persistence", "enabled") == true {
+				wantDataDir = dataDir
+			}
 			wantGRPC := ""
 			if lookup(t, values, "grpc", "enabled") == true {
 				wantGRPC = fmt.Sprintf(":%d", lookupInt(t, values, "grpc", "containerPort"))
@@ -354,6 +358,7 @@ backend: {type: redis, redis: {addrs: ['redis:6379']}}
 				{"gRPC listen", cfg.GRPCListen, wantGRPC},
 				{"Envoy headers", cfg.EnvoyHeaders, lookup(t, values, "envoy", "headers")},
 				{"backend", cfg.Backend, lookupString(t, values, "backend", "type")},
+				{"data directory", cfg.DataDir, wantDataDir},
 				{"IPv6 prefix", int64(cfg.Tenants.IPv6Prefix), lookupInt(t, values, "config", "tenants", "ipv6_prefix")},
 				{"max tenants", int64(cfg.Tenants.MaxTenants), lookupInt(t, values, "config", "tenants", "max_tenants")},
 				{"tenant max bytes", cfg.Tenants.MaxBytes, lookupInt(t, values, "config", "tenants", "max_bytes")},

@@ -266,6 +266,7 @@ type manifests struct {
 	HPA            *autoscalingv2.HorizontalPodAutoscaler
 	NetworkPolicy  *networkingv1.NetworkPolicy
 	TestPod        *corev1.Pod
+	PVC            *corev1.PersistentVolumeClaim // the data directory's, with persistence
 
 	// The optional monitoring objects: the Prometheus Operator's custom
 	// resources, decoded strictly into the operator's own Go types, and
@@ -348,6 +349,8 @@ func decode(t *testing.T, out string) *manifests {
 			dst = into(t, &m.NetworkPolicy)
 		case "v1 Pod":
 			dst = into(t, &m.TestPod)
+		case "v1 PersistentVolumeClaim":
+			dst = into(t, &m.PVC)
 		default:
 			t.Fatalf("unexpected object %s %s", meta.APIVersion, meta.Kind)
 		}

@@ -113,12 +113,18 @@ func kubeconform(t *testing.T, manifests string) []kubeconformResult {
 }
 
 // TestManifestsMatchKubernetesSchemas validates every object the chart
-// renders, with its defaults and with each ci values file, against the
-// Kubernetes API schemas, strictly: unknown fields, wrong types and null
-// values are errors, and so is a kind with no schema.
+// renders, with its defaults, with each ci values file and with the other
+// shapes of the persistence volume, against the Kubernetes API schemas,
+// strictly: unknown fields, wrong types and null values are errors, and so
+// is a kind with no schema.
 func TestManifestsMatchKubernetesSchemas(t *testing.T) {
 	t.Parallel()
-	for _, vs := range allValueSets(t) {
+	sets := append(allValueSets(t),
+		valueSet{name: "persistence with the defaults", extra: "persistence: {enabled: true}\n"},
+		valueSet{name: "persistence without a StorageClass", extra: "persistence: {enabled: true, storageClassName: '-', accessModes: [ReadWriteOnce, ReadWriteMany]}\n"},
+		valueSet{name: "persistence on an existing claim", extra: "persistence: {enabled: true, existingClaim: limits-data}\n"},
+	)
+	for _, vs := range sets {
 		t.Run(vs.name, func(t *testing.T) {
 			t.Parallel()
 			out, err := template(t, vs)

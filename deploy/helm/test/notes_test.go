@@ -50,7 +50,8 @@ func renderNotes(t *testing.T, vs valueSet) string {
 // TestNotes checks that the notes printed after an install tell how to
 // reach the API and its documentation, and the rate limit service over gRPC
 // and where its rules come from, where limiter state lives and what
-// happens when Redis is unreachable, and warn when limiter mutations are
+// happens when Redis is unreachable, what persistence keeps and how the
+// pod is then replaced, and warn when limiter mutations are
 // open to every caller or the disruption budget blocks node drains.
 func TestNotes(t *testing.T) {
 	t.Parallel()
@@ -75,9 +76,26 @@ func TestNotes(t *testing.T) {
 				openWarning,
 				"Backend memory: limiter state lives in the pod's memory",
 				"set backend.type=redis",
+				"To keep the limiters across restarts, set\npersistence.enabled=true.",
 				"helm test rel --namespace limits",
 			},
-			notWant: []string{"Authorization: Bearer", "Backend redis", "WARNING: podDisruptionBudget", "ServiceMonitor", "PrometheusRule", "Grafana"},
+			notWant: []string{"Authorization: Bearer", "Backend redis", "WARNING: podDisruptionBudget", "ServiceMonitor", "PrometheusRule", "Grafana", "PersistentVolumeClaim", "Recreate"},
+		},
+		{
+			name:   "persistence on the chart's claim",
+			values: "persistence: {enabled: true}\n",
+			want: []string{
+				"Backend memory, with persistence: limiter state lives in the pod's memory,\nand the service's data directory, /var/lib/ratelimiter, is on\nPersistentVolumeClaim rel-ratelimiter-data: the limiters\ncreated, replaced or deleted through the API are written there before each\nanswer and read back when the pod restarts",
+				"replaced\nwith the Recreate strategy: on an upgrade the old pod stops and lets go of\nthe volume before the new one starts",
+				"To run more replicas, set backend.type=redis and turn persistence\noff.",
+			},
+			notWant: []string{"starts afresh", "set\npersistence.enabled=true", "an existing claim", "Backend redis"},
+		},
+		{
+			name:    "persistence on an existing claim",
+			values:  "persistence: {enabled: true, existingClaim: limits-data}\n",
+			want:    []string{"PersistentVolumeClaim limits-data (an existing claim): the limiters", "Recreate strategy"},
+			notWant: []string{"rel-ratelimiter-data"},
 		},
 		{
 			name:   "monitoring",

@@ -49,8 +49,9 @@ func TestEverySettingReachesThePod(t *testing.T) {
 		"RATELIMITER_REDIS_PASSWORD": "a secret: the chart mounts it as a file (RATELIMITER_REDIS_PASSWORD_FILE)",
 	}
 	// Between them, these renders set every optional variable: the
-	// defaults, and the Redis backend with every Secret the chart mounts
-	// and the Envoy rules.
+	// defaults, the Redis backend with every Secret the chart mounts and
+	// the Envoy rules, and the memory backend with its data directory on a
+	// volume (RATELIMITER_DATA_DIR, which the service refuses with Redis).
 	sets := []valueSet{{name: "defaults"}, {name: "redis with every Secret and the Envoy rules", extra: `adminToken: {value: token}
 envoy: {existingConfigMap: mesh-rules}
 backend:
@@ -60,7 +61,7 @@ backend:
     username: limits
     password: pw
     tls: {enabled: true, caSecret: redis-ca}
-`}}
+`}, {name: "memory with persistence", extra: "persistence: {enabled: true}\n"}}
 	envSet := make(map[string]bool)
 	var file map[string]any
 	for _, vs := range sets {

@@ -218,7 +218,11 @@ func (s *Store) Save(clean bool) error {
 	h.clock, h.wall = s.clock.Now(), s.wall().UnixNano()
 	states := make(map[string][]byte, len(s.tables))
 	for name, t := range s.tables {
-		states[name] = t.AppendState(nil)
+		// Room for the last snapshot's size and a little more, so that a
+		// table of a million keys is not copied over and over as it grows.
+		n := s.sizes[name]
+		states[name] = t.AppendState(make([]byte, 0, n+n/8))
+		s.sizes[name] = len(states[name])
 	}
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(stateBucket)

@@ -58,8 +58,9 @@ type Store struct {
 	wall   func() time.Time
 	tables map[string]Table // by name, the memory store's "limiters" among them
 
-	saveMu  sync.Mutex // one Save at a time
-	saver   *saver     // set by Restore
+	saveMu  sync.Mutex     // one Save at a time
+	sizes   map[string]int // each table's last snapshot size, under saveMu
+	saver   *saver         // set by Restore
 	closeMu sync.Mutex
 	closed  bool
 }
@@ -110,7 +111,7 @@ func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
-	s := &Store{Store: mem, db: db, path: path, clock: opts.Clock, wall: opts.Wall, tables: map[string]Table{"limiters": mem}}
+	s := &Store{Store: mem, db: db, path: path, clock: opts.Clock, wall: opts.Wall, tables: map[string]Table{"limiters": mem}, sizes: make(map[string]int)}
 	if opts.Tenants != nil {
 		s.tables["tenants"] = opts.Tenants
 	}

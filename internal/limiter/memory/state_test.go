@@ -38,7 +38,7 @@ func unbounded() []limiter.Definition {
 	return defs
 }
 
-func newStateStore(t *testing.T, clock *limiter.Clock, defs ...limiter.Definition) *memory.Store {
+func newStateStore(t testing.TB, clock *limiter.Clock, defs ...limiter.Definition) *memory.Store {
 	t.Helper()
 	if defs == nil {
 		defs = stateDefs
@@ -68,7 +68,7 @@ func randomOp(rng *rand.Rand) stateOp {
 	return op
 }
 
-func (op stateOp) do(t *testing.T, s *memory.Store) limiter.Decision {
+func (op stateOp) do(t testing.TB, s *memory.Store) limiter.Decision {
 	t.Helper()
 	ctx := context.Background()
 	if op.def.Keyed {
@@ -226,11 +226,11 @@ func TestStateCorruptRecord(t *testing.T) {
 
 func FuzzRestoreState(f *testing.F) {
 	wall := clocktest.New(time.Unix(1_700_000_000, 0))
-	a := newStateStore(&testing.T{}, wall.Limiter())
+	a := newStateStore(f, wall.Limiter())
 	rng := rand.New(rand.NewPCG(4, 4))
 	for range 50 {
 		wall.Advance(time.Duration(rng.Int64N(int64(20 * time.Millisecond))))
-		randomOp(rng).do(&testing.T{}, a)
+		randomOp(rng).do(f, a)
 	}
 	f.Add(a.AppendState(nil), false)
 	f.Fuzz(func(t *testing.T, b []byte, crashed bool) {

@@ -182,6 +182,18 @@ Where the pods find their files.
 {{- define "ratelimiter.adminTokenDir" -}}/etc/ratelimiter/admin-token{{- end }}
 {{- define "ratelimiter.redisPasswordDir" -}}/etc/ratelimiter/redis-password{{- end }}
 {{- define "ratelimiter.redisCADir" -}}/etc/ratelimiter/redis-ca{{- end }}
+{{- define "ratelimiter.dataDir" -}}/var/lib/ratelimiter{{- end }}
+
+{{/*
+The name of the PersistentVolumeClaim mounted at the data directory:
+persistence.existingClaim, or the chart's own; empty when persistence is
+off.
+*/}}
+{{- define "ratelimiter.dataClaim" -}}
+{{- if .Values.persistence.enabled }}
+{{- default (printf "%s-data" (include "ratelimiter.fullname" .)) .Values.persistence.existingClaim }}
+{{- end }}
+{{- end }}
 
 {{/*
 terminationGracePeriodSeconds: the value set, or the shutdown delay and
@@ -225,6 +237,10 @@ are listed in ratelimiter.envNames, which extraEnv may not reuse.
   value: {{ printf ":%d" (int .Values.containerPort) | quote }}
 - name: RATELIMITER_BACKEND
   value: {{ .Values.backend.type | quote }}
+{{- if .Values.persistence.enabled }}
+- name: RATELIMITER_DATA_DIR
+  value: {{ include "ratelimiter.dataDir" . | quote }}
+{{- end }}
 - name: RATELIMITER_CONFIG
   value: {{ printf "%s/config.yaml" (include "ratelimiter.configDir" .) | quote }}
 {{- /* Empty when gRPC is off. The service reads an empty variable as unset,
@@ -347,6 +363,20 @@ express. Included by the Deployment, so every render runs it.
 */}}
 {{- define "ratelimiter.validate" -}}
 {{- $v := .Values }}
+{{- if $v.persistence.enabled }}
+{{- if eq $v.backend.type "redis" }}
+{{- fail "persistence.enabled with backend.type=redis: persistence keeps the memory backend's data directory, and the service refuses a data directory with the redis backend, whose state Redis keeps (persist Redis itself, with AOF or RDB snapshots on its own volume). Set persistence.enabled=false, or backend.type=memory." }}
+{{- end }}
+{{- if $v.autoscaling.enabled }}
+{{- fail "persistence.enabled with autoscaling.enabled: the data directory is one volume that one pod at a time may use (its file is locked by the process that opens it), and the memory backend is for a single replica. Turn the autoscaler off and set replicaCount to 1, or turn persistence off." }}
+{{- end }}
+{{- if gt (int $v.replicaCount) 1 }}
+{{- fail (printf "replicaCount=%d with persistence.enabled: the data directory is one volume that one pod at a time may use (its file is locked by the process that opens it), and the memory backend is for a single replica. Set replicaCount to 1, or turn persistence off (and set backend.type=redis to run several replicas)." (int $v.replicaCount)) }}
+{{- end }}
+{{- if not (and $v.podSecurityContext (hasKey $v.podSecurityContext "fsGroup")) }}
+{{- fail "persistence.enabled without podSecurityContext.fsGroup: a new volume's directory belongs to root, and the kubelet makes it writable for the pod's non-root user only through the pod's fsGroup. Set podSecurityContext.fsGroup (the chart's default is 65532)." }}
+{{- end }}
+{{- end }}
 {{- if eq $v.backend.type "memory" }}
 {{- if and (not $v.autoscaling.enabled) (gt (int $v.replicaCount) 1) }}
 {{- fail (printf "replicaCount=%d with backend.type=memory: the memory backend keeps limiter state inside each pod, so every replica would enforce its own limits and callers could get up to %d times each limit. Set replicaCount to 1, or set backend.type=redis (and backend.redis.addrs) so that every replica shares one state in Redis." (int $v.replicaCount) (int $v.replicaCount)) }}
@@ -405,6 +435,9 @@ express. Included by the Deployment, so every render runs it.
 {{- range $v.extraEnv }}
 {{- if has .name $names }}
 {{- fail (printf "extraEnv sets %s, which the chart sets from its values: set the matching value instead" .name) }}
+{{- end }}
+{{- if eq .name "RATELIMITER_DATA_DIR" }}
+{{- fail "extraEnv sets RATELIMITER_DATA_DIR: the root file system is read-only, so the data directory must be a volume; set persistence.enabled (the chart then sets it to the volume's mount)" }}
 {{- end }}
 {{- if hasPrefix "RATELIMITER_REDIS_" .name }}
 {{- fail (printf "extraEnv sets %s: the Redis settings come from backend.redis (the password from a mounted Secret, backend.redis.existingSecret): set them there" .name) }}
