@@ -147,6 +147,21 @@ func do(req *http.Request) (int, []byte, error) {
 	return resp.StatusCode, b, err
 }
 
+// killCycles is how many times the kill tests kill the service: 10, or
+// RATELIMITER_KILL_CYCLES for a long run.
+func killCycles(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv("RATELIMITER_KILL_CYCLES")
+	if v == "" {
+		return 10
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("RATELIMITER_KILL_CYCLES=%q: want a positive count", v)
+	}
+	return n
+}
+
 // TestDataDirKeepsDefinitions restarts the service gracefully on its data
 // directory: the limiters created, replaced and deleted through the API
 // are as they were, those of the config file too.
@@ -207,14 +222,7 @@ func mapsEqual(a, b map[string]int64) bool {
 // not, whole. RATELIMITER_KILL_CYCLES sets the number of cycles (10 by
 // default; the long run is 1000).
 func TestDataDirSurvivesKill(t *testing.T) {
-	cycles := 10
-	if v := os.Getenv("RATELIMITER_KILL_CYCLES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RATELIMITER_KILL_CYCLES=%q: want a positive count", v)
-		}
-		cycles = n
-	}
+	cycles := killCycles(t)
 	const (
 		workers = 4
 		names   = 64 // per worker, so that no two changes to one name are in flight at once
@@ -331,14 +339,7 @@ type timedGrant struct{ sent, received int64 }
 // within it) never holds more than the contract allows. Cycles as
 // TestDataDirSurvivesKill.
 func TestKillUnderLoadNeverOverAdmits(t *testing.T) {
-	cycles := 10
-	if v := os.Getenv("RATELIMITER_KILL_CYCLES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RATELIMITER_KILL_CYCLES=%q: want a positive count", v)
-		}
-		cycles = n
-	}
+	cycles := killCycles(t)
 	gcra := limiter.Policy{Limit: 20, Period: time.Second, Burst: 5}
 	log := limiter.Policy{Limit: 15, Period: time.Second, Algorithm: limiter.SlidingLog}
 	keyed := limiter.Policy{Limit: 10, Period: time.Second}

@@ -111,8 +111,9 @@ var settings = []setting{
 	},
 	{
 		name: "data-dir", env: "RATELIMITER_DATA_DIR", arg: "path", group: groupServer,
-		usage: "Directory where the memory backend keeps its limiters (the file ratelimiter.db), so that they survive a restart: " +
-			"a limiter created, replaced or deleted is on disk before the answer. Empty: nothing on disk. Created if missing; " +
+		usage: "Directory where the memory backend keeps its limiters and their counts (the file ratelimiter.db), so that they " +
+			"survive a restart: a limiter created, replaced or deleted is on disk before the answer; the counts are saved every 10s " +
+			"and at shutdown, and after a crash every limit starts exhausted. Empty: nothing on disk. Created if missing; " +
 			"one process at a time. Not with --backend redis.",
 		apply: func(c *Config, v string) error { c.DataDir = v; return nil },
 	},

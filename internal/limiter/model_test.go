@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/keystest"
 )
 
 // model is the reference for both algorithms: a plain list of grants, each
@@ -248,26 +249,15 @@ func runModel(t *testing.T, p limiter.Policy, seed uint64, steps int) {
 	checkContract(t, p, m.grants)
 }
 
-// checkContract checks the documented guarantee on the grants themselves:
-// SlidingLog never grants more than Limit in any window of length Period;
-// GCRA never more than Burst + ⌊w·Limit/Period⌋ in any interval of length w.
+// checkContract checks the documented guarantee on the grants themselves
+// (see keystest.Violation).
 func checkContract(t *testing.T, p limiter.Policy, grants []grant) {
 	t.Helper()
-	for j := range grants {
-		var sum int64
-		for i := j; i >= 0; i-- {
-			sum += grants[i].n
-			w := grants[j].at - grants[i].at
-			bound := p.Burst + w*p.Limit/int64(p.Period)
-			if p.Algorithm == limiter.SlidingLog {
-				if w >= int64(p.Period) {
-					break
-				}
-				bound = p.Limit
-			}
-			if sum > bound {
-				t.Fatalf("grants %d..%d: %d permits within %dns, contract allows %d", i, j, sum, w, bound)
-			}
-		}
+	gs := make([]limiter.Grant, len(grants))
+	for i, g := range grants {
+		gs[i] = limiter.Grant{At: g.at, N: g.n}
+	}
+	if err := keystest.Violation(p, gs); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -17,12 +17,15 @@ import (
 //	go test -run '^$' -bench . -benchmem -count 6 ./internal/limiter/bolt | tee bolt.txt
 //	benchstat bolt.txt
 
+// millionTenants holds 1,000,000 tenants.
+var millionTenants = tenant.Config{Policy: limiter.Policy{Limit: 100, Period: time.Hour}, MaxTenants: 1_000_000, MaxBytes: 1 << 30}
+
 // million makes a Store whose tenants hold 1,000,000 addresses, each with
 // permits taken, on the file in dir.
 func million(b *testing.B, dir string) (*Store, *tenant.Registry) {
 	b.Helper()
 	clock := limiter.NewClock()
-	reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 100, Period: time.Hour}, MaxTenants: 1_000_000, MaxBytes: 1 << 30}, clock)
+	reg, err := tenant.New(millionTenants, clock)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -65,7 +68,7 @@ func BenchmarkStart1M(b *testing.B) {
 	s.Close()
 	for b.Loop() {
 		clock := limiter.NewClock()
-		reg, err := tenant.New(tenant.Config{Policy: limiter.Policy{Limit: 100, Period: time.Hour}, MaxTenants: 1_000_000, MaxBytes: 1 << 30}, clock)
+		reg, err := tenant.New(millionTenants, clock)
 		if err != nil {
 			b.Fatal(err)
 		}
