@@ -45,30 +45,33 @@ func (b *Bucket) SetState(s State) {
 	}
 }
 
-// Shift returns s with every instant moved by d nanoseconds, clamped as
-// Nanos clamps: what a snapshot's state is on the timeline of another
+// Shift returns s with every instant moved by d nanoseconds (see
+// ShiftNanos): what a snapshot's state is on the timeline of another
 // Clock, whose readings are d ahead of those of the Clock that decided it.
 func (s State) Shift(d int64) State {
-	shift := func(t int64) int64 {
-		switch {
-		case d > 0 && t > MaxNanos-d:
-			return MaxNanos
-		case d < 0 && t < -d:
-			return 0
-		}
-		return t + d
-	}
 	out := State{TAT: s.TAT}
 	if s.TAT != (TAT{}) {
-		out.TAT.NS = shift(s.TAT.NS)
+		out.TAT.NS = ShiftNanos(s.TAT.NS, d)
 	}
 	if s.Grants != nil {
 		out.Grants = make([]Grant, len(s.Grants))
 		for i, g := range s.Grants {
-			out.Grants[i] = Grant{At: shift(g.At), N: g.N}
+			out.Grants[i] = Grant{At: ShiftNanos(g.At, d), N: g.N}
 		}
 	}
 	return out
+}
+
+// ShiftNanos returns the instant t moved by d nanoseconds, clamped to
+// [0, MaxNanos] as Nanos clamps.
+func ShiftNanos(t, d int64) int64 {
+	switch {
+	case d > 0 && t > MaxNanos-d:
+		return MaxNanos
+	case d < 0 && t < -d:
+		return 0
+	}
+	return clampNow(t + d)
 }
 
 // Exhaust records at now everything the bucket could grant, as if it had

@@ -1,7 +1,10 @@
 package memory
 
 import (
+	"cmp"
 	"encoding/binary"
+	"hash/maphash"
+	"slices"
 	"errors"
 	"fmt"
 	"time"
@@ -13,7 +16,12 @@ import (
 // layout below; integers are varints) that RestoreState reads back into a
 // Store or Keys of the same definitions, on the timeline of another Clock:
 //
-//	store: count, then count × (name, keyed byte, plain or keys)
+//	store: count, then count × (name, keyed byte, plain or keys), then the
+//	       idempotency records and the reservations
+//	records: count, count × (key, fingerprint, expiry, verdict)
+//	verdict: flags, retry after, reservation, count, count × check
+//	check: name, key, permits, flags, remaining, limit, retry after, reset after
+//	reservations: count, count × (ID, expiry, count, count × (name, key, permits))
 //	plain: policy, bucket
 //	keys:  policy, floor bucket, shards, then shards × (count, count × (key, bucket))
 //	policy: limit, period, algorithm, burst
@@ -26,6 +34,27 @@ import (
 // changes may be lost: every bucket is exhausted at now (see
 // limiter.Bucket.Exhaust), the buckets of limiters and keys missing from
 // the record included, as if each had granted at now everything it held.
+
+// The verdict and check flags, one bit each.
+const (
+	flagAllowed = 1 << iota
+	flagExceeds
+	flagDegraded
+	flagReplayed
+	flagLocal
+	flagFits
+	flagKeysFull
+)
+
+func flags(bits ...bool) uint64 {
+	var f uint64
+	for i, b := range bits {
+		if b {
+			f |= 1 << i
+		}
+	}
+	return f
+}
 
 // ErrCorruptState reports a state record that RestoreState cannot read.
 var ErrCorruptState = errors.New("corrupt state record")
@@ -339,7 +368,137 @@ func (s *Store) AppendState(b []byte) []byte {
 		b = appendBucket(b, e.l.Policy(), e.l.State())
 		return true
 	})
-	return b
+	b = s.once.appendState(b)
+	return s.rsv.appendState(b)
+}
+
+// appendState appends the records the table holds, each shard read under
+// its lock.
+func (t *onceTable) appendState(b []byte) []byte {
+	var body []byte
+	n := 0
+	for i := range t.shards {
+		o := &t.shards[i]
+		o.mu.Lock()
+		for key, r := range o.m {
+			n++
+			body = appendString(body, key)
+			body = appendString(body, r.fingerprint)
+			body = binary.AppendVarint(body, r.expires)
+			v := r.v
+			body = binary.AppendUvarint(body, flags(v.Allowed, v.ExceedsCapacity, v.Degraded, v.Replayed, v.Local))
+			body = binary.AppendVarint(body, int64(v.RetryAfter))
+			body = appendString(body, v.Reservation)
+			body = binary.AppendUvarint(body, uint64(len(v.Checks)))
+			for _, c := range v.Checks {
+				body = appendString(body, c.Name)
+				body = appendString(body, c.Key)
+				body = binary.AppendVarint(body, c.Permits)
+				body = binary.AppendUvarint(body, flags(false, c.ExceedsCapacity, false, false, false, c.Fits, c.KeysFull))
+				body = binary.AppendVarint(body, c.Remaining)
+				body = binary.AppendVarint(body, c.Limit)
+				body = binary.AppendVarint(body, int64(c.RetryAfter))
+				body = binary.AppendVarint(body, int64(c.ResetAfter))
+			}
+		}
+		o.mu.Unlock()
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	return append(b, body...)
+}
+
+// restore reads the records appendState wrote, their expiries shifted by
+// shift, into an empty table, leaving out those expired at now.
+func (t *onceTable) restore(r *stateReader, shift, now int64) {
+	n := r.count("idempotency records", 8)
+	for range n {
+		key, fp := r.string("idempotency key"), r.string("fingerprint")
+		expires := limiter.ShiftNanos(r.varint("expiry"), shift)
+		f := r.uvarint("verdict flags")
+		v := limiter.Verdict{
+			Allowed: f&flagAllowed != 0, ExceedsCapacity: f&flagExceeds != 0, Degraded: f&flagDegraded != 0,
+			Replayed: f&flagReplayed != 0, Local: f&flagLocal != 0,
+			RetryAfter:  time.Duration(r.varint("retry after")),
+			Reservation: r.string("reservation"),
+		}
+		v.Checks = make([]limiter.Check, r.count("checks", 8))
+		for i := range v.Checks {
+			c := limiter.Check{Name: r.string("check name"), Key: r.string("check key"), Permits: r.varint("check permits")}
+			f := r.uvarint("check flags")
+			c.ExceedsCapacity, c.Fits, c.KeysFull = f&flagExceeds != 0, f&flagFits != 0, f&flagKeysFull != 0
+			c.Remaining, c.Limit = r.varint("check remaining"), r.varint("check limit")
+			c.RetryAfter, c.ResetAfter = time.Duration(r.varint("check retry after")), time.Duration(r.varint("check reset after"))
+			v.Checks[i] = c
+		}
+		if r.err != nil {
+			return
+		}
+		if expires <= now || t.count.Load() >= limiter.MaxOnce {
+			continue
+		}
+		o := &t.shards[maphash.String(t.seed, key)%onceShards]
+		if _, dup := o.m[key]; dup {
+			continue
+		}
+		o.m[key] = onceRecord{fingerprint: fp, v: v, expires: expires}
+		o.queue = append(o.queue, onceQueued{key, expires})
+		t.count.Add(1)
+	}
+	for i := range t.shards {
+		o := &t.shards[i]
+		slices.SortFunc(o.queue, func(a, b onceQueued) int { return cmp.Compare(a.expires, b.expires) })
+	}
+}
+
+// appendState appends the reservations held, each shard read under its
+// lock.
+func (rs *reservations) appendState(b []byte) []byte {
+	var body []byte
+	n := 0
+	for i := range rs.shards {
+		sh := &rs.shards[i]
+		sh.mu.Lock()
+		for id, r := range sh.m {
+			n++
+			body = appendString(body, id)
+			body = binary.AppendVarint(body, r.expires)
+			body = binary.AppendUvarint(body, uint64(len(r.parts)))
+			for _, p := range r.parts {
+				body = appendString(body, p.Name)
+				body = appendString(body, p.Key)
+				body = binary.AppendVarint(body, p.Permits)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	return append(b, body...)
+}
+
+// restore reads the reservations appendState wrote, their expiries
+// shifted by shift, into an empty table, leaving out those expired at now.
+func (rs *reservations) restore(r *stateReader, shift, now int64) {
+	n := r.count("reservations", 4)
+	for range n {
+		id := r.string("reservation ID")
+		expires := limiter.ShiftNanos(r.varint("expiry"), shift)
+		parts := make([]limiter.Item, r.count("reserved parts", 3))
+		for i := range parts {
+			parts[i] = limiter.Item{Name: r.string("reserved name"), Key: r.string("reserved key"), Permits: r.varint("reserved permits")}
+		}
+		if r.err != nil {
+			return
+		}
+		if expires <= now || rs.count.Load() >= limiter.MaxReservations {
+			continue
+		}
+		sh := rs.shard(id)
+		if _, dup := sh.m[id]; dup {
+			continue
+		}
+		sh.m[id] = reservation{parts: parts, expires: expires}
+		rs.count.Add(1)
+	}
 }
 
 // RestoreState reads into s the state AppendState wrote as b (an empty b
@@ -383,6 +542,10 @@ func (s *Store) RestoreState(b []byte, shift int64, crashed bool, now int64) err
 			e.l.SetState(st.Shift(shift))
 			restored[name] = true
 		}
+	}
+	if r.err == nil && len(b) > 0 {
+		s.once.restore(r, shift, now)
+		s.rsv.restore(r, shift, now)
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")

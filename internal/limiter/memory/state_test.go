@@ -297,3 +297,51 @@ func TestStartExhaustedEveryPath(t *testing.T) {
 		}
 	}
 }
+
+// The decisions made with an idempotency key, and the reservations held,
+// are restored with the counts: a refund retried after a graceful restart
+// is answered from its record and refunds nothing twice, and a reservation
+// made before it can be settled after it.
+func TestStateKeepsIdempotencyAndReservations(t *testing.T) {
+	ctx := context.Background()
+	wall := clocktest.New(time.Unix(1_700_000_000, 0))
+	aClock := wall.Limiter()
+	a := newStateStore(t, aClock)
+	take := []limiter.Item{{Name: "gcra", Permits: 3}}
+	if v, err := a.Decide(ctx, take, limiter.Take, ""); err != nil || !v.Allowed {
+		t.Fatalf("take: %+v, %v", v, err)
+	}
+	refund := []limiter.Item{{Name: "gcra", Permits: 2}}
+	if _, err := a.Decide(ctx, refund, limiter.Refund, "refund-1"); err != nil {
+		t.Fatal(err)
+	}
+	rsv, err := a.Reserve(ctx, []limiter.Item{{Name: "log", Permits: 4}}, time.Minute, "")
+	if err != nil || !rsv.Allowed || rsv.Reservation == "" {
+		t.Fatalf("reserve: %+v, %v", rsv, err)
+	}
+	snap := a.AppendState(nil)
+	wall.Advance(time.Millisecond)
+	bClock := wall.Limiter()
+	b := newStateStore(t, bClock)
+	if err := b.RestoreState(snap, bClock.Now()-aClock.Now(), false, bClock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := b.Available(ctx, "gcra")
+	v, err := b.Decide(ctx, refund, limiter.Refund, "refund-1")
+	if err != nil || !v.Replayed {
+		t.Errorf("the refund retried: %+v, %v; want it replayed", v, err)
+	}
+	if after, _ := b.Available(ctx, "gcra"); after != before {
+		t.Errorf("the refund retried gave permits back again: %d left, want %d", after.Remaining, before.Remaining)
+	}
+	if _, err := b.Decide(ctx, take, limiter.Take, "refund-1"); !errors.Is(err, limiter.ErrOnceMismatch) {
+		t.Errorf("another decision under the key: got %v, want ErrOnceMismatch", err)
+	}
+	logBefore, _ := b.Available(ctx, "log")
+	if _, err := b.Settle(ctx, rsv.Reservation, []limiter.Item{{Name: "log", Permits: 1}}, ""); err != nil {
+		t.Fatalf("settle the reservation made before the restart: %v", err)
+	}
+	if logAfter, _ := b.Available(ctx, "log"); logAfter.Remaining != logBefore.Remaining+3 {
+		t.Errorf("settling 1 of 4 reserved: %d left, want %d", logAfter.Remaining, logBefore.Remaining+3)
+	}
+}
