@@ -3,10 +3,10 @@ package memory
 import (
 	"cmp"
 	"encoding/binary"
-	"hash/maphash"
-	"slices"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"slices"
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
