@@ -126,8 +126,8 @@ func BenchmarkAcquire(b *testing.B) {
 			}
 		}
 	}
-	b.Run("memory", func(b *testing.B) { run(b, memory.New(nil, 0)) })
-	b.Run("data-dir", func(b *testing.B) {
+	b.Run("store=memory", func(b *testing.B) { run(b, memory.New(nil, 0)) })
+	b.Run("store=data-dir", func(b *testing.B) {
 		clock := limiter.NewClock()
 		s, err := Open(b.TempDir(), memory.New(clock, 0), Options{Clock: clock})
 		if err != nil {
@@ -136,7 +136,7 @@ func BenchmarkAcquire(b *testing.B) {
 		defer s.Close()
 		run(b, s)
 	})
-	b.Run("data-dir-saving-1M", func(b *testing.B) {
+	b.Run("store=data-dir-saving-1M", func(b *testing.B) {
 		s, _ := million(b, b.TempDir())
 		defer s.Close()
 		stop, done := make(chan struct{}), make(chan struct{})
