@@ -45,7 +45,9 @@ var _ limiter.BatchStore = (*Store)(nil)
 // disk. A definition created, replaced or deleted through Put or Delete is
 // on disk, synced, before the call returns nil; when the write fails the
 // call returns an error wrapping limiter.ErrNotDurable and the store keeps
-// the definition it had. Open reads the definitions back.
+// the definition it had. Open reads the definitions back. The state of the
+// memory store's limiters, and of the other tables Options names, is saved
+// in snapshots and restored by Restore, by the rules state.go states.
 //
 // Store is safe for concurrent use; changes to definitions are made one at
 // a time, decisions in parallel with them and with each other.
@@ -107,7 +109,10 @@ func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
 	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("bolt: %s is in use by another process (a second instance on the same data directory?)", path)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, errUnreadable):
-		return nil, fmt.Errorf("bolt: %s is %w (corrupt, truncated or of another program): %w; move it aside to start empty", path, errUnreadable, err)
+		if !errors.Is(err, errUnreadable) {
+			err = fmt.Errorf("%w: %w", errUnreadable, err)
+		}
+		return nil, fmt.Errorf("bolt: %s: %w (corrupt, truncated or of another program); move it aside to start empty", path, err)
 	case err != nil:
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
