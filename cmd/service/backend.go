@@ -59,7 +59,11 @@ func newMemoryBackend(ctx context.Context, cfg config.Config, logger *slog.Logge
 	)
 	closeStore := func() {}
 	if cfg.DataDir != "" {
-		if disk, err = bolt.Open(cfg.DataDir, mem, bolt.Options{Clock: clock, Tenants: registry}); err != nil {
+		opts := bolt.Options{Clock: clock, Tenants: registry, OnLockWait: func() {
+			logger.Warn("waiting for another process to let go of the data file (the instance this one replaces, still shutting down?)",
+				"dir", cfg.DataDir, "up_to", bolt.DefaultLockWait.String())
+		}}
+		if disk, err = bolt.Open(cfg.DataDir, mem, opts); err != nil {
 			return nil, err
 		}
 		store = disk

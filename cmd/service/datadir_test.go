@@ -164,7 +164,8 @@ func killCycles(t *testing.T) int {
 
 // TestDataDirKeepsDefinitions restarts the service gracefully on its data
 // directory: the limiters created, replaced and deleted through the API
-// are as they were, those of the config file too.
+// are as they were, those of the config file too. A second process started
+// on the directory meanwhile waits for the first to stop.
 func TestDataDirKeepsDefinitions(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
@@ -194,12 +195,31 @@ func TestDataDirKeepsDefinitions(t *testing.T) {
 	if got := definitions(t, c.base); !mapsEqual(got, want) {
 		t.Errorf("after the restart: got %v, want %v", got, want)
 	}
-	// A second process on the same directory is refused, with the reason.
-	second := exec.Command(os.Args[0], "--listen", "127.0.0.1:0", "--grpc-listen", "", "--data-dir", data)
+	// A second process on the same directory waits for the first to let
+	// go of it, as a replacement pod does for the one it replaces, and
+	// then serves the same limiters.
+	second := exec.Command(os.Args[0], "--listen", "127.0.0.1:0", "--grpc-listen", "", "--data-dir", data, "--config", cfg)
 	second.Env = append(os.Environ(), childEnv+"=1")
-	out, err := second.CombinedOutput()
-	if err == nil || !bytes.Contains(out, []byte("in use by another process")) {
-		t.Errorf("a second service on the same data directory: %v, %s; want it refused as in use", err, out)
+	secondLogs := newLogs()
+	second.Stderr = secondLogs
+	if err := second.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { second.Process.Kill(); second.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); !slices.Contains(secondLogs.messages(), "waiting for another process to let go of the data file (the instance this one replaces, still shutting down?)"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second process did not say it waits for the data file; it logged %v", secondLogs.messages())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.stop(t)
+	select {
+	case addr := <-secondLogs.addr:
+		if got := definitions(t, "http://"+addr); !mapsEqual(got, want) {
+			t.Errorf("the second process: got %v, want %v", got, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the second process did not start once the first stopped; it logged %v", secondLogs.messages())
 	}
 }
 

@@ -34,9 +34,16 @@ var (
 	limitersBucket = []byte("limiters")
 )
 
-// lockTimeout is how long Open waits for another process to let go of the
-// file: bbolt holds an exclusive lock on it while open.
-const lockTimeout = time.Second
+// DefaultLockWait is how long Open waits, unless told otherwise, for
+// another process to let go of the file: bbolt holds an exclusive lock on
+// it while open. A replacement pod (or a service restarted by a
+// supervisor) can start while its predecessor still drains; 25 seconds
+// covers a graceful shutdown and stays under the 30 seconds after which
+// the chart's liveness probe restarts a container that does not listen.
+const DefaultLockWait = 25 * time.Second
+
+// lockPoll is how long each attempt to take the lock waits.
+const lockPoll = time.Second
 
 var _ limiter.BatchStore = (*Store)(nil)
 
@@ -78,6 +85,11 @@ type Options struct {
 	// Wall reads the wall clock, for the time credited across a restart;
 	// time.Now when nil.
 	Wall func() time.Time
+	// LockWait is how long Open waits for another process to let go of
+	// the file; DefaultLockWait when 0. OnLockWait, when not nil, is
+	// called once if it has to wait.
+	LockWait   time.Duration
+	OnLockWait func()
 }
 
 // Open opens (or creates) the data file in dir, creating dir if need be,
@@ -86,7 +98,8 @@ type Options struct {
 // refuses a file it cannot trust rather than start empty: one that another
 // process holds open, one that is not a bbolt file or is corrupt, one that
 // bbolt reads but this package did not write, and one holding a definition
-// that mem refuses (more limiters than its maximum, say). The caller
+// that mem refuses (more limiters than its maximum, say). It waits up to
+// opts.LockWait for a process that holds the file to let go of it. The caller
 // closes the Store once nothing uses it.
 func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
 	if opts.Clock == nil {
@@ -104,17 +117,27 @@ func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
 		// written is a file lost, not a new start.
 		return nil, fmt.Errorf("bolt: %s is empty: %w; move it aside to start empty", path, errUnreadable)
 	}
+	if opts.LockWait <= 0 {
+		opts.LockWait = DefaultLockWait
+	}
 	db, err := openDB(path)
+	for deadline := time.Now().Add(opts.LockWait); errors.Is(err, bolterrors.ErrTimeout) && time.Now().Before(deadline); {
+		if opts.OnLockWait != nil {
+			opts.OnLockWait()
+			opts.OnLockWait = nil
+		}
+		db, err = openDB(path)
+	}
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
-		return nil, fmt.Errorf("bolt: %s is in use by another process (a second instance on the same data directory?)", path)
+		return nil, fmt.Errorf("bolt: %s is in use by another process, still after %s (a second instance on the same data directory?)", path, opts.LockWait)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, errUnreadable):
 		if !errors.Is(err, errUnreadable) {
 			err = fmt.Errorf("%w: %w", errUnreadable, err)
 		}
 		return nil, fmt.Errorf("bolt: %s: %w (corrupt, truncated or of another program); move it aside to start empty", path, err)
 	case err != nil:
-		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+		return nil, fmt.Errorf("bolt: %w", err) // it names the file
 	}
 	s := &Store{Store: mem, db: db, path: path, clock: opts.Clock, wall: opts.Wall, tables: map[string]Table{"limiters": mem}, sizes: make(map[string]int)}
 	if opts.Tenants != nil {
@@ -191,7 +214,7 @@ func openDB(path string) (db *bbolt.DB, err error) {
 			db, err = nil, fmt.Errorf("%w: %v", errUnreadable, r)
 		}
 	}()
-	db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockTimeout})
+	db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockPoll})
 	if err != nil {
 		return nil, err
 	}

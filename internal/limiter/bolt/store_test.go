@@ -148,7 +148,11 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 func TestSecondOpenRefused(t *testing.T) {
 	dir := t.TempDir()
 	open(t, dir)
-	_, err := Open(dir, memory.New(nil, 0), Options{Clock: limiter.NewClock()})
+	waited := false
+	_, err := Open(dir, memory.New(nil, 0), Options{Clock: limiter.NewClock(), LockWait: 2 * time.Second, OnLockWait: func() { waited = true }})
+	if !waited {
+		t.Error("OnLockWait was not called")
+	}
 	if err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Fatalf("second Open: got %v, want an error saying the file is in use", err)
 	}
