@@ -117,11 +117,17 @@ func (s *server) problemFor(r *http.Request, err error) *problem {
 			strings.TrimPrefix(reason(err, limiter.ErrTooManyKeys), limiter.ErrTooManyKeys.Error()+": "))}
 	case errors.Is(err, limiter.ErrNotDurable):
 		// A full or failing disk: the operator must see why, the caller
-		// only that nothing changed and that it may retry.
-		s.log.ErrorContext(r.Context(), "limiter definition not written to the data directory",
+		// what became of its request and that it may retry.
+		s.log.ErrorContext(r.Context(), "change not written to the data directory",
 			"method", r.Method, "path", r.URL.Path, "error", err)
-		return &problem{status: http.StatusServiceUnavailable, detail: fmt.Sprintf("Limiter %q was not changed: the change could not be written to the service's data directory. "+
-			"The definition in force before this request still is.", pathParam(r, "name"))}
+		if name := pathParam(r, "name"); name != "" {
+			return &problem{status: http.StatusServiceUnavailable, detail: fmt.Sprintf("Limiter %q was not changed: the change could not be written to the service's data directory. "+
+				"The definition in force before this request still is.", name)}
+		}
+		// A refund or settlement with an Idempotency-Key: made, and kept
+		// under its key, but not yet on disk.
+		return &problem{status: http.StatusServiceUnavailable, detail: "The permits were given back, but the record of this request could not be written to the service's data directory. " +
+			"Retry it with the same Idempotency-Key: the retry is answered from the record and gives back nothing more."}
 	case errors.Is(err, limiter.ErrInvalidKey):
 		return rejected(keyLocation(r), reason(err, limiter.ErrInvalidKey))
 	case errors.Is(err, limiter.ErrKeyMismatch):

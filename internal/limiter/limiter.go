@@ -72,10 +72,12 @@ var (
 	// store that already holds its maximum; replacing one is always
 	// allowed.
 	ErrTooManyLimiters = errors.New("too many limiters")
-	// ErrNotDurable reports a change to the definitions that a store which
-	// keeps them on disk could not write there: the change was not made,
-	// and the definition in force before it still is.
-	ErrNotDurable       = errors.New("definition change not written to disk")
+	// ErrNotDurable reports a change that a store which keeps it on disk
+	// could not write there. A change to the definitions was then not
+	// made, and the definition in force before it still is; a refund (or
+	// settlement) made with an idempotency key was made, and a retry with
+	// the key is answered from its record.
+	ErrNotDurable       = errors.New("change not written to disk")
 	errUnknownAlgorithm = errors.New("unknown algorithm")
 )
 

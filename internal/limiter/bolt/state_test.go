@@ -269,3 +269,51 @@ func TestCorruptStateRefused(t *testing.T) {
 		t.Errorf("Restore: got %v, want ErrCorruptState naming the file", err)
 	}
 }
+
+// A refund made with an idempotency key is on disk before its answer: a
+// retry after a crash is answered from its record and gives nothing back
+// a second time; so is a settlement.
+func TestRefundWithKeySurvivesCrash(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	wall := clocktest.New(time.Unix(1_700_000_000, 0))
+	r, _ := start(t, dir, wall)
+	putDefs(t, r.store)
+	rsv, err := r.store.Reserve(ctx, []limiter.Item{{Name: "log", Permits: 4}}, time.Hour, "")
+	if err != nil || !rsv.Allowed {
+		t.Fatalf("reserve: %+v, %v", rsv, err)
+	}
+	if err := r.store.Save(false); err != nil { // the reservation, in a snapshot
+		t.Fatal(err)
+	}
+	if _, err := r.store.Acquire(ctx, "api", 5); err != nil {
+		t.Fatal(err)
+	}
+	refund := []limiter.Item{{Name: "api", Permits: 3}}
+	settle := []limiter.Item{{Name: "log", Permits: 1}}
+	for _, tc := range []struct {
+		name    string
+		limiter string
+		decide  func(*Store) (limiter.Verdict, error)
+	}{
+		{"refund", "api", func(s *Store) (limiter.Verdict, error) { return s.Decide(ctx, refund, limiter.Refund, "refund-1") }},
+		{"settlement", "log", func(s *Store) (limiter.Verdict, error) { return s.Settle(ctx, rsv.Reservation, settle, "settle-1") }},
+	} {
+		if _, err := tc.decide(r.store); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		r.crash(t) // no snapshot but the one the decision waited for
+		var restored Restored
+		r, restored = start(t, dir, wall)
+		if !restored.Crashed {
+			t.Fatalf("restored %+v, want Crashed", restored)
+		}
+		v, err := tc.decide(r.store)
+		if err != nil || !v.Replayed {
+			t.Errorf("the %s retried after the crash: %+v, %v; want it replayed", tc.name, v, err)
+		}
+		if av, err := r.store.Available(ctx, tc.limiter); err != nil || av.Remaining != 0 {
+			t.Errorf("%s after the %s retried: %+v, %v; want 0 left (exhausted by the crash, nothing given back twice)", tc.limiter, tc.name, av, err)
+		}
+	}
+}

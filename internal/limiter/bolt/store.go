@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -69,6 +70,8 @@ type Store struct {
 
 	saveMu  sync.Mutex     // one Save at a time
 	sizes   map[string]int // each table's last snapshot size, under saveMu
+	refunds atomic.Uint64  // refunds and settlements with a key decided (see sync)
+	saved   uint64         // how many of them the last snapshot holds, under saveMu
 	saver   *saver         // set by Restore
 	closeMu sync.Mutex
 	closed  bool
