@@ -56,6 +56,30 @@ func newTenantLoad(t *testing.T, base string, workers int, rate float64, perTena
 	}
 }
 
+// pace runs workers that call one, rate times a second over all of them,
+// until ctx is done, and returns when every worker has stopped, with when
+// they started and how long they ran.
+func pace(ctx context.Context, workers int, rate float64, one func(context.Context)) (start time.Time, elapsed time.Duration) {
+	start = time.Now()
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(workers) / rate * float64(time.Second))
+	for w := range workers {
+		wg.Go(func() {
+			// Workers start spread over one interval, each on its own beat.
+			next := start.Add(interval * time.Duration(w) / time.Duration(workers))
+			for ctx.Err() == nil {
+				if d := time.Until(next); d > 0 {
+					time.Sleep(d)
+				}
+				next = next.Add(interval)
+				one(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	return start, time.Since(start)
+}
+
 // tenantIP is the address of tenant i: 131,072 addresses in 198.18.0.0/15
 // (RFC 2544), then 10.0.0.0/8.
 func tenantIP(i int64) string {
@@ -69,24 +93,7 @@ func tenantIP(i int64) string {
 // run sends requests until ctx is done, or stop closes, and returns when
 // every worker has stopped.
 func (l *tenantLoad) run(ctx context.Context) {
-	l.start = time.Now()
-	var wg sync.WaitGroup
-	interval := time.Duration(float64(l.workers) / l.rate * float64(time.Second))
-	for w := range l.workers {
-		wg.Go(func() {
-			// Workers start spread over one interval, each on its own beat.
-			next := l.start.Add(interval * time.Duration(w) / time.Duration(l.workers))
-			for ctx.Err() == nil {
-				if d := time.Until(next); d > 0 {
-					time.Sleep(d)
-				}
-				next = next.Add(interval)
-				l.one(ctx)
-			}
-		})
-	}
-	wg.Wait()
-	l.elapsed = time.Since(l.start)
+	l.start, l.elapsed = pace(ctx, l.workers, l.rate, l.one)
 	nextTenant.Store(l.first + l.next.Load()/l.perTenant + 1)
 }
 

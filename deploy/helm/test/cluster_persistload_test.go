@@ -135,23 +135,7 @@ func newPersistLoad(t *testing.T, base string, targets []persistTarget, workers 
 // run sends requests until ctx is done, and returns when every worker has
 // stopped.
 func (l *persistLoad) run(ctx context.Context) {
-	l.start = time.Now()
-	var wg sync.WaitGroup
-	interval := time.Duration(float64(l.workers) / l.rate * float64(time.Second))
-	for w := range l.workers {
-		wg.Go(func() {
-			next := l.start.Add(interval * time.Duration(w) / time.Duration(l.workers))
-			for ctx.Err() == nil {
-				if d := time.Until(next); d > 0 {
-					time.Sleep(d)
-				}
-				next = next.Add(interval)
-				l.one(ctx)
-			}
-		})
-	}
-	wg.Wait()
-	l.elapsed = time.Since(l.start)
+	l.start, l.elapsed = pace(ctx, l.workers, l.rate, l.one)
 }
 
 func (l *persistLoad) one(ctx context.Context) {
