@@ -74,7 +74,7 @@ func batchComparison(cfg config, rig *redisRig, rep *report) error {
 		batchSize, loads[0], cfg.rounds, cfg.duration)
 	sec.chart("batch-decisions", "Batches of 100: decisions per second (higher is better)", "decisions/s").
 		add("decisions/s", names, column(results, func(x sample) float64 { return x.rps }))
-	sec.sampleTable(names, results)
+	sec.sampleTable("decision", names, results)
 	sec.printf("\n")
 	if len(systems) > 2 {
 		for i := range 2 {

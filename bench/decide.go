@@ -117,11 +117,11 @@ func decideComparison(cfg config, rig *redisRig, rep *report) error {
 		names[i] = s.name
 	}
 	sec := rep.section("Several limits in one decision")
-	sec.printf("A joint decision of three limiters of one group (`POST /v1/decide`, all or nothing) beside a single acquisition (`POST /v1/limiters/{name}/acquire`), each request on a random one of %d groups of three limiters, sent by %s over HTTP/1.1 keep-alive. Every figure is per request (the table's decisions are requests here): one request decides three limits, or one. Both are validated and answered by the service's hand-written fast path. %d interleaved rounds of %s; median (min–max).\n\n",
+	sec.printf("A joint decision of three limiters of one group (`POST /v1/decide`, all or nothing) beside a single acquisition (`POST /v1/limiters/{name}/acquire`), each request on a random one of %d groups of three limiters, sent by %s over HTTP/1.1 keep-alive. Every figure is per request: one request decides three limits, or one. Both are validated and answered by the service's hand-written fast path. %d interleaved rounds of %s; median (min–max).\n\n",
 		groups, loads[0], cfg.rounds, cfg.duration)
 	sec.chart("decide-requests", "Three limits in one decision: requests per second (higher is better)", "requests/s").
 		add("requests/s", names, column(results, func(x sample) float64 { return x.rps }))
-	sec.sampleTable(names, results)
+	sec.sampleTable("request", names, results)
 	sec.printf("\n")
 	for _, b := range []struct {
 		name string

@@ -181,7 +181,7 @@ func denyComparison(cfg config, rig *redisRig, rep *report) error {
 	c := sec.chart("deny", "A hot key over its limit on Redis: per second, with and without the denial cache (higher is more)", "per second")
 	c.add("decisions/s", names, column(results, func(x sample) float64 { return x.rps }))
 	c.add("Redis scripts/s", names, [][]float64{of(0, scriptsOf), of(1, scriptsOf)})
-	sec.sampleTable(names, results)
+	sec.sampleTable("decision", names, results)
 	sec.printf("\n| system | allowed (OK)/s | load offered ÷ limit | Redis scripts/s | Redis commands/s | of the server CPU, redis-server's µs/decision |\n|---|---|---|---|---|---|\n")
 	for i, name := range names {
 		sec.printf("| %s | %s | %s | %s | %s | %s |\n", name,

@@ -39,6 +39,10 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: %[1]d}
 `, grpcLimit)
 
+// grpcCeiling is the name of the comparison's ceiling: a grpc-go server
+// that answers OK without deciding anything (./trivial).
+const grpcCeiling = "trivial grpc-go server that decides nothing (the ceiling)"
+
 // grpcConns is how many client connections the generator spreads its
 // workers over, round-robin: as a few Envoy workers would hold.
 const grpcConns = 4
@@ -135,9 +139,19 @@ func grpcComparison(cfg config, rig *redisRig, rep *report) error {
 		name, addr string
 		servers    []*proc
 	}
+	ceilingAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	ceiling, err := startTrivial(cfg, ceilingAddr, fmt.Sprint(grpcLimit))
+	if err != nil {
+		return err
+	}
+	defer ceiling.stop()
 	targets := []target{
 		{"ratelimiter, memory backend", memAddr, []*proc{svcMemory}},
 		{"ratelimiter, Redis backend", redisAddr, []*proc{svcRedis, rig.redis}},
+		{grpcCeiling, ceilingAddr, []*proc{ceiling}},
 	}
 	if !cfg.smoke {
 		envoy, envoyAddr, err := startEnvoyWith(dir, rig.redis.addr, grpcConfig, "bench.c")
@@ -183,9 +197,9 @@ func grpcComparison(cfg config, rig *redisRig, rep *report) error {
 		names[i] = s.name
 	}
 	sec := rep.section("gRPC: Envoy's rate limit service (ShouldRateLimit), against envoy ratelimit")
-	sec.printf("Each request is one `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` call of domain `bench` with 1 or 3 descriptors of one entry each, hits_addend 1, under rules that count per value with a limit of %s per second that no run reaches; both servers read the same configuration file (the service through `--envoy-config`). The random-key runs draw each request's value uniformly from %d (the same value for the 3 descriptors). The load is %s: closed loop, each worker sending its next call as soon as the last is answered. Every answer must be OK: one error or one answer not OK fails the run, and a decision the service on Redis could not make within its %s timeout is an error (UNAVAILABLE: it fails closed, its default). The table's decisions are requests here, each of 1 or 3 descriptors. %d interleaved rounds of %s; median (min–max).\n\n",
+	sec.printf("Each request is one `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` call of domain `bench` with 1 or 3 descriptors of one entry each, hits_addend 1, under rules that count per value with a limit of %s per second that no run reaches; both servers read the same configuration file (the service through `--envoy-config`). The random-key runs draw each request's value uniformly from %d (the same value for the 3 descriptors). The load is %s: closed loop, each worker sending its next call as soon as the last is answered. Every answer must be OK: one error or one answer not OK fails the run, and a decision the service on Redis could not make within its %s timeout is an error (UNAVAILABLE: it fails closed, its default). %d interleaved rounds of %s; median (min–max).\n\n",
 		thousands(grpcLimit), randomKeys, load, redisTimeout, cfg.rounds, cfg.duration)
-	sec.printf("Server CPU is that of the server's process, plus redis-server's for the systems on Redis: the service alone on the memory backend; the service and Redis on the Redis backend; envoy ratelimit and Redis (the same Redis). Semantics differ, and are compared as they are: the service decides the descriptors of a request together, all or nothing, in one decision (on Redis, one script run), by GCRA; envoy ratelimit counts each descriptor in its own fixed window aligned to the clock, and counts denied hits too.\n\n")
+	sec.printf("Server CPU is that of the server's process, plus redis-server's for the systems on Redis: the service alone on the memory backend; the service and Redis on the Redis backend; envoy ratelimit and Redis (the same Redis); the ceiling alone. The ceiling is the least a grpc-go server can do with these calls: it decodes each request with go-control-plane's types and answers OK with a status per descriptor, deciding nothing and keeping no state, so its requests per second over envoy ratelimit's are the most any server built on grpc-go reaches on this machine with this load generator. Semantics differ, and are compared as they are: the service decides the descriptors of a request together, all or nothing, in one decision (on Redis, one script run), by GCRA; envoy ratelimit counts each descriptor in its own fixed window aligned to the clock, and counts denied hits too.\n\n")
 	sec.printf("The targets: the service on the memory backend answers at least 3× envoy ratelimit's requests per second, on the Redis backend at least 2×, and uses at most 0.5× envoy ratelimit's server CPU per request, each with its Redis. The ratios are per round, judged by their median.\n")
 	rpsChart := sec.chart("grpc-requests", "gRPC ShouldRateLimit: requests per second (higher is better)", "requests/s")
 	cpuChart := sec.chart("grpc-cpu", "gRPC ShouldRateLimit: server CPU per request, with its Redis if any (lower is better)", "server CPU µs/request")
@@ -206,7 +220,7 @@ func grpcComparison(cfg config, rig *redisRig, rep *report) error {
 		rpsChart.add(c.mode, names, column(results, func(x sample) float64 { return x.rps }))
 		cpuChart.add(c.mode, names, column(results, func(x sample) float64 { return x.serverCPU }))
 		sec.printf("\n### %s\n\n", c.mode)
-		sec.sampleTable(names, results)
+		sec.sampleTable("request", names, results)
 		sec.printf("\n")
 		targeted = append(targeted, grpcRatios(sec, results))
 	}
@@ -235,9 +249,9 @@ func grpcLatency(cfg config, sec *section, systems []grpcSystem, names, values [
 			}
 		}
 		sec.printf("\n#### %s, %d calls per second\n\n", c.mode, cfg.rate)
-		sec.sampleTable(names, results)
+		sec.sampleTable("request", names, results)
 		sec.printf("\n")
-		const envoy = 2
+		const envoy = 3
 		if len(results) <= envoy {
 			sec.printf("No ratios: envoy ratelimit does not run in a smoke run.\n")
 			continue
@@ -391,7 +405,7 @@ type grpcRatio struct {
 // order), and returns those with a target; none when envoy ratelimit did
 // not run.
 func grpcRatios(sec *section, results [][]sample) []grpcRatio {
-	const mem, red, envoy = 0, 1, 2
+	const mem, red, ceiling, envoy = 0, 1, 2, 3
 	if len(results) <= envoy {
 		sec.printf("No ratios: envoy ratelimit does not run in a smoke run.\n")
 		return nil
@@ -414,6 +428,9 @@ func grpcRatios(sec *section, results [][]sample) []grpcRatio {
 		{"Redis backend ÷ envoy ratelimit, p99 latency", ratio(red, envoy, p99), "", false},
 		{"Redis backend ÷ envoy ratelimit, server CPU per request, each with its Redis", redCPU, "≤ 0.5×", median(redCPU) <= 0.5},
 		{"memory backend (the service alone) ÷ envoy ratelimit with its Redis, server CPU per request", ratio(mem, envoy, cpu), "", false},
+		{"the ceiling (grpc-go deciding nothing) ÷ envoy ratelimit, requests/s: the most any grpc-go server reaches here", ratio(ceiling, envoy, rps), "", false},
+		{"memory backend ÷ the ceiling, requests/s", ratio(mem, ceiling, rps), "", false},
+		{"memory backend ÷ the ceiling, server CPU per request", ratio(mem, ceiling, cpu), "", false},
 	}
 	var targeted []grpcRatio
 	for _, r := range all {

@@ -150,7 +150,7 @@ func httpComparison(cfg config, rig *redisRig, rep *report) error {
 		rpsChart.add(l.mode, names, column(results, func(x sample) float64 { return x.rps }))
 		cpuChart.add(l.mode, names, column(results, func(x sample) float64 { return x.serverCPU }))
 		sec.printf("\n### %s\n\n", l.mode)
-		sec.sampleTable(names, results)
+		sec.sampleTable("decision", names, results)
 		sec.printf("\n| system | server memory after the run, MiB |\n|---|---|\n")
 		for i, name := range names {
 			rss := make([]float64, len(results[i]))
@@ -193,7 +193,7 @@ func equalRate(cfg config, systems []httpSystem, sec *section, rep *report) erro
 		names[i] = s.name
 	}
 	sec.printf("\n### Latency at an equal rate\n\nOne hot key, an open-loop load of %d requests per second for every system (this harness's own generator: requests sent on schedule whether or not earlier ones were answered, each timed from when it was sent), so that each is judged at the same offered load rather than at its own saturation. %d interleaved rounds of %s; median (min–max).\n\n", cfg.httpRate, cfg.rounds, cfg.duration)
-	sec.sampleTable(names, results)
+	sec.sampleTable("decision", names, results)
 	sec.printf("\n")
 	index := func(prefix string) int {
 		for i, s := range systems {
@@ -273,8 +273,9 @@ func httpRatios(sec *section, rep *report, systems []httpSystem, results [][]sam
 // the upstream behind a proxy.
 const trivialPage = "ok\n"
 
-// startTrivial builds and starts the trivial server (./trivial).
-func startTrivial(cfg config) (*proc, error) {
+// startTrivial builds and starts the trivial server (./trivial), with
+// args after its HTTP address.
+func startTrivial(cfg config, args ...string) (*proc, error) {
 	bin := filepath.Join(cfg.dir, "trivial")
 	if err := goBuild(".", "./trivial", bin); err != nil {
 		return nil, err
@@ -283,5 +284,5 @@ func startTrivial(cfg config) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return start("trivial", addr, []string{"GOMAXPROCS=2"}, bin, addr)
+	return start("trivial", addr, []string{"GOMAXPROCS=2"}, bin, append([]string{addr}, args...)...)
 }

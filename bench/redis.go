@@ -279,7 +279,7 @@ func redisThroughput(cfg config, rig *redisRig, rep *report) error {
 	}
 	sec.chart("redis-decisions", "Redis backend: decisions per second against redis-benchmark (higher is better)", "decisions/s").
 		add("decisions/s", names, column(results, func(x sample) float64 { return x.rps }))
-	sec.sampleTable(names, results)
+	sec.sampleTable("decision", names, results)
 	sec.printf("\nThrough the service on Redis, decisions per second ÷ redis-benchmark's -P 16, per round: **%s with batches of %d** (target ≥ 60%%: %s); %s with one acquisition per request (%s of -P 1).\n",
 		pct(batchRatio), batchSize, verdict(median(batchRatio) >= 0.6), pct(ratio), pct(ratioP1))
 	memBatch := make([]float64, len(results[5]))
@@ -327,7 +327,7 @@ func redisLatency(cfg config, rig *redisRig, rep *report) error {
 	sec := rep.section("Redis backend: latency added by Redis")
 	sec.printf("An open-loop load of %d acquisitions per second (a moderate load: a fraction of either backend's capacity here), sent on schedule whether or not earlier ones were answered, each timed from when it was sent until its answer was read. %d interleaved rounds of %s; median (min–max).\n\n",
 		cfg.rate, cfg.rounds, cfg.duration)
-	sec.sampleTable(names, results)
+	sec.sampleTable("decision", names, results)
 	sec.printf("\nAdded by Redis (Redis backend − memory backend, per round): **p50 %s µs, p99 %s µs**, p99.9 %s µs.\n",
 		stat(added50, "%.0f"), stat(added99, "%.0f"), stat(added999, "%.0f"))
 	sec.printf("\n%s\n", degradedNote)

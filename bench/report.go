@@ -49,10 +49,11 @@ func (s *section) chart(name, title, axis string) *chart {
 	return c
 }
 
-// sampleTable writes one row per system: its samples' medians with min–max.
+// sampleTable writes one row per system: its samples' medians with min–max,
+// per unit ("decision", or "request" where a request is not one decision).
 // A figure a tool does not report (redis-benchmark's p99.9) is a dash.
-func (s *section) sampleTable(names []string, results [][]sample) {
-	s.printf("| system | decisions/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/decision | load generator CPU µs/decision |\n|---|---|---|---|---|---|---|\n")
+func (s *section) sampleTable(unit string, names []string, results [][]sample) {
+	s.printf("| system | %[1]ss/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/%[1]s | load generator CPU µs/%[1]s |\n|---|---|---|---|---|---|---|\n", unit)
 	for i, name := range names {
 		col := func(f func(sample) float64, format string) string {
 			xs := make([]float64, 0, len(results[i]))
