@@ -43,6 +43,15 @@ descriptors:
 // that answers OK without deciding anything (./trivial).
 const grpcCeiling = "trivial grpc-go server that decides nothing (the ceiling)"
 
+// The systems of the gRPC comparison, in its order; envoy ratelimit runs
+// only outside a smoke run.
+const (
+	rlsMemory = iota
+	rlsRedis
+	rlsCeiling
+	rlsEnvoy
+)
+
 // grpcConns is how many client connections the generator spreads its
 // workers over, round-robin: as a few Envoy workers would hold.
 const grpcConns = 4
@@ -251,7 +260,7 @@ func grpcLatency(cfg config, sec *section, systems []grpcSystem, names, values [
 		sec.printf("\n#### %s, %d calls per second\n\n", c.mode, cfg.rate)
 		sec.sampleTable("request", names, results)
 		sec.printf("\n")
-		const envoy = 3
+		const envoy = rlsEnvoy
 		if len(results) <= envoy {
 			sec.printf("No ratios: envoy ratelimit does not run in a smoke run.\n")
 			continue
@@ -408,7 +417,7 @@ type grpcRatio struct {
 // returns those for the summary, each with its target if it has one, and
 // none when envoy ratelimit did not run.
 func grpcRatios(sec *section, results [][]sample) []grpcRatio {
-	const mem, red, ceiling, envoy = 0, 1, 2, 3
+	const mem, red, ceiling, envoy = rlsMemory, rlsRedis, rlsCeiling, rlsEnvoy
 	if len(results) <= envoy {
 		sec.printf("No ratios: envoy ratelimit does not run in a smoke run.\n")
 		return nil

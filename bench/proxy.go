@@ -271,8 +271,9 @@ func proxyComparison(cfg config, rig *redisRig, rep *report) error {
 		sec.printf("- %s\n", v)
 		rep.facts = append(rep.facts, "Reverse proxy, "+v)
 	}
-	const plain, limitReq, ceiling = 0, 1, 2
-	for _, i := range []int{ceiling, 3, 4} {
+	// The systems, in the order added.
+	const plain, limitReq, ceiling, memory, redis = 0, 1, 2, 3, 4
+	for _, i := range []int{ceiling, memory, redis} {
 		// target is what a service's figure is judged by: the ceiling's
 		// shows how near any service behind auth_request can come.
 		target := func(t string, met bool) string {
@@ -296,7 +297,7 @@ func proxyComparison(cfg config, rig *redisRig, rep *report) error {
 		}
 		fact(fmt.Sprintf("what the hop to the auth service costs (%s), server CPU per request over nginx + limit_req: %s µs", systems[i].name, stat(hop, "%+.1f")))
 	}
-	for _, i := range []int{3, 4} {
+	for _, i := range []int{memory, redis} {
 		xs := ratio(closed, i, ceiling, func(x sample) float64 { return x.rps })
 		fact(fmt.Sprintf("%s ÷ the ceiling of auth_request, requests/s saturated: %s", systems[i].name, stat(xs, "%.2f×")))
 	}
