@@ -179,12 +179,7 @@ func checkKey(v []byte) (string, string) {
 	if v[0] != '"' {
 		return "", "must be a string"
 	}
-	var k string
-	if bytes.IndexByte(v, '\\') < 0 {
-		k = string(v[1 : len(v)-1])
-	} else if json.Unmarshal(v, &k) != nil {
-		return "", "must be a string" // cannot happen: v is valid JSON
-	}
+	k := jsonString(v)
 	switch n := utf8.RuneCountInString(k); {
 	case n == 0:
 		return "", "must be at least 1 character long"

@@ -184,57 +184,67 @@ func withoutIndices(location string) string {
 }
 
 // acquireModel is the obviously-correct reading of an AcquireRequest body:
-// encoding/json's tokens, checked one by one.
-func acquireModel(data []byte) bool {
+// encoding/json's tokens, checked one by one. It returns the permits, 0
+// when left out, the key, nil when left out, and whether the body is valid.
+func acquireModel(data []byte) (permits int64, key *string, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	tok, err := dec.Token()
 	if err != nil || tok != json.Delim('{') {
-		return false
+		return 0, nil, false
 	}
-	seen, seenKey := false, false
+	seen := false
 	for dec.More() {
-		key, _ := dec.Token()
-		if key == "key" && !seenKey {
-			seenKey = true
+		name, _ := dec.Token()
+		if name == "key" && key == nil {
 			v, err := dec.Token()
 			k, ok := v.(string)
 			if err != nil || !ok || k == "" || utf8.RuneCountInString(k) > 128 || strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || 0x7f <= r && r <= 0x9f }) {
-				return false
+				return 0, nil, false
 			}
+			key = &k
 			continue
 		}
-		if key != "permits" || seen {
-			return false
+		if name != "permits" || seen {
+			return 0, nil, false
 		}
 		seen = true
 		v, err := dec.Token()
 		n, ok := v.(json.Number)
 		if err != nil || !ok || strings.ContainsAny(string(n), ".eE") {
-			return false
+			return 0, nil, false
 		}
-		var i int64
-		if _, err := fmt.Sscan(string(n), &i); err != nil || i < 1 || i > 1_000_000_000 {
-			return false
+		if _, err := fmt.Sscan(string(n), &permits); err != nil || permits < 1 || permits > 1_000_000_000 {
+			return 0, nil, false
 		}
 	}
-	return true
+	return permits, key, true
 }
 
 func FuzzCheckAcquire(f *testing.F) {
-	for _, s := range []string{`{}`, `{"permits":1}`, `{"key":"user-1","permits":2}`, `{"key":""}`, `{"key":"a\u0007"}`, `{"key":"a","key":"b"}`, `{"permits":1e3}`, `{"perm\u0069ts":2}`, `{"permits":1,"permits":1}`, `[]`, `{"a":{"b":[1,{"c":"}"}]}}`, `{"permits":-0}`} {
+	for _, s := range []string{`{}`, `{"permits":1}`, `{"key":"user-1","permits":2}`, `{"key":""}`, `{"key":"a\u0007"}`, `{"key":"a","key":"b"}`, `{"permits":1e3}`, `{"perm\u0069ts":2}`, `{"permits":1,"permits":1}`, `[]`, `{"a":{"b":[1,{"c":"}"}]}}`, `{"permits":-0}`, "{\"key\":\"\xff\"}", "{\"key\":\"a\xc3\"}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if !json.Valid(data) {
 			return
 		}
-		_, _, p := checkAcquire(data)
-		got := p == nil
-		if want := acquireModel(data); got != want {
-			t.Errorf("checkAcquire(%s): accepted %v, want %v", data, got, want)
+		permits, key, p := checkAcquire(data)
+		wantPermits, wantKey, ok := acquireModel(data)
+		if (p == nil) != ok {
+			t.Fatalf("checkAcquire(%s): accepted %v, want %v", data, p == nil, ok)
+		}
+		if ok && (permits != wantPermits || (key == nil) != (wantKey == nil) || key != nil && *key != *wantKey) {
+			t.Errorf("checkAcquire(%s) = %d %q, want %d %q", data, permits, deref(key), wantPermits, deref(wantKey))
 		}
 	})
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }
 
 func TestMembers(t *testing.T) {
@@ -368,6 +378,7 @@ func FuzzCheckDecide(f *testing.F) {
 		`{"items":[{"limiter":"a","key":""}]}`, `{"items":[{"limiter":"a","permits":1e0}]}`, `{"items":[{"limiter":"a"}],"items":[]}`,
 		`{"items":[{"limiter":"a","x":{"y":[1,"]"]}}]}`, `{"items":[{"limiter":"\u0061"}]}`, `{"Items":[{"limiter":"a"}]}`, `[]`,
 		`{"items":[` + strings.Repeat(`{"limiter":"a"},`, 32) + `{"limiter":"a"}]}`,
+		"{\"items\":[{\"limiter\":\"a\",\"key\":\"\xff\"}]}", "{\"items\":[{\"limiter\":\"a\",\"key\":\"\xef\xbf\xbd\"}]}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -381,7 +392,7 @@ func FuzzCheckDecide(f *testing.F) {
 			t.Fatalf("checkDecide(%s): accepted %v, want %v", data, p == nil, ok)
 		}
 		if ok && !slices.Equal(got, want) {
-			t.Errorf("checkDecide(%s) = %v, want %v", data, got, want)
+			t.Errorf("checkDecide(%s) = %#v, want %#v", data, got, want)
 		}
 	})
 }

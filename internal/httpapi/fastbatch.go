@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -211,17 +213,18 @@ func checkAcquisition(data []byte, list string, i int, prev string) (limiter.Req
 	return r, p
 }
 
-// jsonString is the value of the JSON string v, which is valid.
+// jsonString is the value of the JSON string v, which is valid, as
+// encoding/json reads it: escapes decoded, and each byte that is not UTF-8
+// replaced by U+FFFD, so that the fast paths and the generated ones read
+// one key alike.
 func jsonString(v []byte) string {
 	s := v[1 : len(v)-1]
-	for _, c := range s {
-		if c == '\\' {
-			var out string
-			_ = json.Unmarshal(v, &out) // valid JSON: cannot fail
-			return out
-		}
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return string(s)
 	}
-	return string(s)
+	var out string
+	_ = json.Unmarshal(v, &out) // valid JSON: cannot fail
+	return out
 }
 
 // maxPooledAnswer bounds the answer buffers kept for reuse: the answer to
