@@ -23,24 +23,6 @@ type JointBackend interface {
 	AvailableKey(name, key string, nowUS int64) (limiter.KeyAvailability, error)
 }
 
-// Call is one decision of RunJoint: its items, its mode and its instant.
-type Call struct {
-	Items []limiter.Item
-	Mode  limiter.Mode
-	NowUS int64
-}
-
-// GroupBackend is a JointBackend that also makes several decisions in one
-// go, in order, each exactly as if alone: RunJoint then sends its
-// decisions in groups of 1 to maxGroupSize.
-type GroupBackend interface {
-	JointBackend
-	DecideGroup(calls []Call) ([]limiter.Verdict, error)
-}
-
-// maxGroupSize is the largest group RunJoint sends a GroupBackend.
-const maxGroupSize = 8
-
 // jointLimiter is one limiter of RunJoint and its model: a keyed limiter
 // is a Model of its keys; a plain one is a model of one key that is never
 // evicted.
@@ -80,8 +62,7 @@ func Capacity(p limiter.Policy) int64 {
 // decision names one key per keyed limiter, and the models evict as the
 // tables do. Every so often every key's availability is read too. The
 // policies' periods are whole microseconds, so that every backend agrees
-// with the model to the nanosecond. A GroupBackend gets the decisions in
-// groups, each held to the models in its turn.
+// with the model to the nanosecond.
 func RunJoint(t *testing.T, b JointBackend, bounded bool, seed uint64, steps int) {
 	maxKeys := 100_000
 	if bounded {
@@ -118,10 +99,33 @@ func RunJoint(t *testing.T, b JointBackend, bounded bool, seed uint64, steps int
 			}
 		}
 	}()
-	// check holds decision c, made as step, with verdict v, to the models,
-	// and charges them for it: the decisions of a group in their order.
-	check := func(step int, c Call, v limiter.Verdict) {
-		items, mode, now := c.Items, c.Mode, c.NowUS
+	for step := range steps {
+		if rng.IntN(6) == 0 {
+			now += rng.Int64N(2_000_000)
+			continue
+		}
+		var items []limiter.Item
+		used := map[string]string{} // keyed limiter -> its one key, when bounded
+		for range 1 + rng.IntN(4) {
+			l := ls[rng.IntN(len(ls))]
+			it := limiter.Item{Name: l.name, Permits: 1 + rng.Int64N(Capacity(l.p))}
+			if l.keyed {
+				it.Key = keys[rng.IntN(len(keys))]
+				if k, ok := used[l.name]; ok && bounded {
+					it.Key = k
+				}
+				used[l.name] = it.Key
+			}
+			items = append(items, it)
+		}
+		mode := limiter.Take
+		if rng.IntN(4) == 0 {
+			mode = limiter.Peek
+		}
+		v, err := b.Decide(items, mode, now)
+		if err != nil {
+			t.Fatalf("step %d: Decide(%+v): %v", step, items, err)
+		}
 		history = append(history, fmt.Sprintf("%d at %dµs: %s %+v -> %v %+v", step, now, mode, items, v.Allowed, v.Checks))
 		if len(history) > 40 {
 			history = history[1:]
@@ -198,65 +202,8 @@ func RunJoint(t *testing.T, b JointBackend, bounded bool, seed uint64, steps int
 				t.Fatalf("step %d at %dµs: %s %+v: retry after %v, model %v", step, now, mode, p, ch.RetryAfter, retry)
 			}
 		}
-	}
-	groups, _ := b.(GroupBackend)
-	size := 1 // decisions per group
-	var pending []Call
-	var pendingSteps []int
-	flush := func() {
-		if len(pending) == 0 {
-			return
-		}
-		var vs []limiter.Verdict
-		var err error
-		if groups != nil {
-			vs, err = groups.DecideGroup(pending)
-		} else {
-			var v limiter.Verdict
-			v, err = b.Decide(pending[0].Items, pending[0].Mode, pending[0].NowUS)
-			vs = []limiter.Verdict{v}
-		}
-		if err != nil || len(vs) != len(pending) {
-			t.Fatalf("step %d: deciding %+v: %d verdicts, %v", pendingSteps[0], pending, len(vs), err)
-		}
-		for i, c := range pending {
-			check(pendingSteps[i], c, vs[i])
-		}
-		pending, pendingSteps = pending[:0], pendingSteps[:0]
-		if groups != nil {
-			size = 1 + rng.IntN(maxGroupSize)
-		}
-	}
-	for step := range steps {
-		if rng.IntN(6) == 0 {
-			now += rng.Int64N(2_000_000)
-			continue
-		}
-		var items []limiter.Item
-		used := map[string]string{} // keyed limiter -> its one key, when bounded
-		for range 1 + rng.IntN(4) {
-			l := ls[rng.IntN(len(ls))]
-			it := limiter.Item{Name: l.name, Permits: 1 + rng.Int64N(Capacity(l.p))}
-			if l.keyed {
-				it.Key = keys[rng.IntN(len(keys))]
-				if k, ok := used[l.name]; ok && bounded {
-					it.Key = k
-				}
-				used[l.name] = it.Key
-			}
-			items = append(items, it)
-		}
-		mode := limiter.Take
-		if rng.IntN(4) == 0 {
-			mode = limiter.Peek
-		}
-		pending, pendingSteps = append(pending, Call{Items: items, Mode: mode, NowUS: now}), append(pendingSteps, step)
-		if len(pending) >= size {
-			flush()
-		}
 		// Now and then every key's availability, through the Store.
 		if step%50 == 0 {
-			flush()
 			for _, l := range ls {
 				for _, k := range keys {
 					if !l.keyed {
@@ -279,7 +226,6 @@ func RunJoint(t *testing.T, b JointBackend, bounded bool, seed uint64, steps int
 			}
 		}
 	}
-	flush()
 	t.Logf("%d steps: %d takes allowed (%d evicting a key), %d decisions denied, %d checks of keys with no room", steps, allowedTakes, evictions, denied, keysFull)
 	if allowedTakes < steps/10 || denied < steps/10 {
 		t.Errorf("%d takes allowed and %d decisions denied in %d steps: the sequence does not exercise both", allowedTakes, denied, steps)

@@ -32,11 +32,6 @@ import (
 // With CacheDenials, a Take or Peek without once that Redis would deny may
 // be answered without asking it, and a Refund forgets what the cache knew
 // of its limiters.
-//
-// Decisions in one slot that arrive while the Store's run for that slot is
-// in flight wait for it, then go together, in the order they arrived, as
-// one run of decide_group.lua that makes each as if alone (see
-// coalesce.go).
 func (s *Store) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
 	return s.decideMode(ctx, items, mode, once, "")
 }
@@ -182,8 +177,7 @@ func (s *Store) scopeKeys(scope string) (tag, record string) {
 }
 
 // run runs decide.lua once on parts, the limiters and keys of items (by
-// index), which live in group, for a decision in scope: on its own, or in
-// a group with the others in its slot that arrive while one is in flight.
+// index), which live in group, for a decision in scope.
 func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []int, group, scope string, c call, nowMicros string) (limiter.Verdict, error) {
 	tag, record := s.scopeKeys(scope)
 	keys := make([]string, 0, 2*len(parts)+2)
@@ -219,14 +213,9 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 	}
 	var sent time.Time
 	if c.learn {
-		// Before the run is queued, so before it is sent.
 		sent = s.denials.now()
 	}
-	d := &decision{keys: keys, args: args}
-	if err := s.decisions.do(ctx, tag, d); err != nil {
-		return limiter.Verdict{}, unavailable("decide", names[0], err)
-	}
-	v, err := d.reply, d.err
+	v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
 		return limiter.Verdict{}, unavailable("decide", names[0], err)
 	}
@@ -289,42 +278,6 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 		verdict.Reservation = reservation
 	}
 	return verdict, nil
-}
-
-// decision is one run of decide.lua, coalesced with the others in its
-// slot (see coalesce.go): its keys and arguments, and its reply.
-type decision struct {
-	keys, args []string
-	reply      []int64
-	err        error
-}
-
-// sendDecisions makes the decisions ds, all in the slot tag, in one script
-// run: decide.lua's on its own, or decide_group.lua's for a group.
-func (s *Store) sendDecisions(ctx context.Context, _ string, ds []*decision) {
-	if len(ds) == 1 {
-		d := ds[0]
-		d.reply, d.err = decideScript.Exec(ctx, s.client, d.keys, d.args).AsIntSlice()
-		return
-	}
-	var keys []string
-	args := make([]string, 1, 1+3*len(ds)+len(ds)*len(ds[0].args))
-	args[0] = strconv.Itoa(len(ds))
-	for _, d := range ds {
-		keys = append(keys, d.keys...)
-		args = append(append(args, strconv.Itoa(len(d.keys)), strconv.Itoa(len(d.args))), d.args...)
-	}
-	replies, err := decideGroupScript.Exec(ctx, s.client, keys, args).ToArray()
-	if err == nil && len(replies) != len(ds) {
-		err = fmt.Errorf("%d replies to %d decisions", len(replies), len(ds))
-	}
-	for i, d := range ds {
-		if err != nil {
-			d.err = err
-			continue
-		}
-		d.reply, d.err = replies[i].AsIntSlice()
-	}
 }
 
 // Settle settles or cancels a reservation in one script that checks and

@@ -274,19 +274,13 @@ func runKeyedModel(t *testing.T, c rueidis.Client, p limiter.Policy, maxKeys int
 }
 
 // TestKeyedDecideMatchesModel holds random joint decisions at explicit
-// instants to the models of keystest.RunJoint, made one by one, and in
-// groups by one script run as a Store coalesces them.
+// instants to the models of keystest.RunJoint.
 func TestKeyedDecideMatchesModel(t *testing.T) {
 	c := newClient(t, redistest.Standalone(t))
 	for _, bounded := range []bool{false, true} {
 		for seed := range uint64(4) {
 			t.Run(fmt.Sprintf("bounded=%v/seed=%d", bounded, seed), func(t *testing.T) {
-				t.Run("alone", func(t *testing.T) {
-					keystest.RunJoint(t, jointStore{newStore(t, c)}, bounded, seed, scaled(1500))
-				})
-				t.Run("grouped", func(t *testing.T) {
-					keystest.RunJoint(t, groupStore{jointStore{newStore(t, c)}, t}, bounded, seed, scaled(1500))
-				})
+				keystest.RunJoint(t, jointStore{newStore(t, c)}, bounded, seed, scaled(1500))
 			})
 		}
 	}
@@ -305,47 +299,6 @@ func (j jointStore) Put(def limiter.Definition) error {
 
 func (j jointStore) Decide(items []limiter.Item, mode limiter.Mode, nowUS int64) (limiter.Verdict, error) {
 	return j.s.decideAt(context.Background(), items, call{mode: mode.String()}, us(nowUS))
-}
-
-// groupStore is a jointStore that makes groups of decisions as the Store
-// coalesces concurrent ones in a slot: it holds the slot of RunJoint's
-// group "g" as if a run were in flight, queues the decisions behind it one
-// by one, in order, then lets them go as one run of decide_group.lua.
-type groupStore struct {
-	jointStore
-	t *testing.T
-}
-
-func (g groupStore) DecideGroup(calls []keystest.Call) ([]limiter.Verdict, error) {
-	s := g.s
-	tag := s.prefix + "{g}"
-	// The last group's run lands just after its members have their
-	// answers: wait for it.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		s.decisions.mu.Lock()
-		_, busy := s.decisions.flights[tag]
-		if !busy {
-			s.decisions.flights[tag] = nil
-			s.decisions.mu.Unlock()
-			break
-		}
-		s.decisions.mu.Unlock()
-		if time.Now().After(deadline) {
-			return nil, errors.New("the last run has not landed after 10s")
-		}
-	}
-	vs := make([]limiter.Verdict, len(calls))
-	errs := make([]error, len(calls))
-	var wg sync.WaitGroup
-	for i, c := range calls {
-		wg.Go(func() {
-			vs[i], errs[i] = s.decideAt(context.Background(), c.Items, call{mode: c.Mode.String()}, us(c.NowUS))
-		})
-		awaitQueued(g.t, s.decisions, tag, i+1)
-	}
-	s.decisions.land(tag)
-	wg.Wait()
-	return vs, errors.Join(errs...)
 }
 
 func (j jointStore) Available(name string, nowUS int64) (limiter.Availability, error) {

@@ -32,8 +32,6 @@ var (
 	unclaimLua string
 	//go:embed lua/decide.lua
 	decideLua string
-	//go:embed lua/decide_group.lua
-	decideGroupLua string
 	//go:embed lua/budget.lua
 	budgetLua string
 	//go:embed lua/table.lua
@@ -65,11 +63,7 @@ var (
 	unclaimScript = rueidis.NewLuaScript(unclaimLua)
 	// decideScript decides several limiters of one group together, and
 	// the keys of keyed limiters with the tables' code.
-	decideSource = tableScript(decideLua + "\nreturn decide(KEYS, ARGV)\n")
-	decideScript = rueidis.NewLuaScript(decideSource)
-	// decideGroupScript makes several such decisions in turn.
-	decideGroupSource = tableScript(decideLua + "\n" + decideGroupLua)
-	decideGroupScript = rueidis.NewLuaScript(decideGroupSource)
+	decideScript = rueidis.NewLuaScript(libLua + "\n" + tableLua + "\n" + decideLua)
 
 	// The scripts of tables of keys: the library, then table.lua, then
 	// their own code.

@@ -57,10 +57,8 @@ type Store struct {
 	directory string
 	max       int
 
-	// Acquisitions by limiter, and joint decisions by slot, in groups;
-	// see coalesce.go.
-	acquisitions *coalescer[*acquisition]
-	decisions    *coalescer[*decision]
+	mu      sync.Mutex
+	flights map[string]*flight // limiters with an Acquire call in flight; see coalesce
 
 	locMu     sync.RWMutex
 	locations map[string]string // name to group, as last read; see groups.go
@@ -83,13 +81,10 @@ func New(client rueidis.Client, prefix string, maxLimiters int) (*Store, error) 
 	if maxLimiters <= 0 {
 		maxLimiters = limiter.DefaultMaxLimiters
 	}
-	s := &Store{
+	return &Store{
 		client: client, prefix: prefix, names: prefix + "names", directory: prefix + "groups", max: maxLimiters,
-		locations: make(map[string]string),
-	}
-	s.acquisitions = newCoalescer(s.sendAcquisitions)
-	s.decisions = newCoalescer(s.sendDecisions)
-	return s, nil
+		flights: make(map[string]*flight), locations: make(map[string]string),
+	}, nil
 }
 
 func (s *Store) defKey(name string) string   { return s.prefix + "{" + name + "}:def" }
