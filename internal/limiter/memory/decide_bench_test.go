@@ -15,8 +15,9 @@ import (
 // beside a single acquisition and a joint decision of one, in the same run,
 // on 1,000 groups of three limiters: serially, and from every core. The
 // keyed cases do the same with two keyed limiters (per IP and per user,
-// 1,000 keys each) and a plain one of one group: a keyed acquisition, and a
-// decision of a key of each and the plain limiter.
+// 1,000 keys each) and a plain one of one group: a keyed acquisition, a
+// decision of that one key, and a decision of a key of each and the plain
+// limiter.
 func BenchmarkDecide(b *testing.B) {
 	ctx := context.Background()
 	s := memory.New(nil, 0)
@@ -57,6 +58,7 @@ func BenchmarkDecide(b *testing.B) {
 		{"decide-1", func(g int) error { _, err := s.Decide(ctx, one[g], limiter.Take, ""); return err }},
 		{"decide-3", func(g int) error { _, err := s.Decide(ctx, three[g], limiter.Take, ""); return err }},
 		{"acquire-key", func(g int) error { _, err := s.AcquireKey(ctx, "k-user", keyed[g][1].Key, 1); return err }},
+		{"decide-1-keyed", func(g int) error { _, err := s.Decide(ctx, keyed[g][1:2], limiter.Take, ""); return err }},
 		{"decide-3-keyed", func(g int) error { _, err := s.Decide(ctx, keyed[g], limiter.Take, ""); return err }},
 	}
 	for _, cl := range calls {

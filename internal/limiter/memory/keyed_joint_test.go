@@ -124,3 +124,85 @@ func TestKeyedDecideConcurrent(t *testing.T) {
 		t.Errorf("%d decisions allowed, want %d: the two IPs' limits bind first", granted["global"], 2*limit)
 	}
 }
+
+// TestDecideOneMatchesJoint holds the single-item path of Decide (an item
+// taken without an idempotency key) to the joint path, on two stores under
+// one clock: the item {L, K, n} on one, and {L, K, n-1} with {L, K, 1},
+// which the joint path folds into the same n, on the other. Both must
+// answer the same and keep the same state, for plain and keyed limiters
+// of both algorithms, permits above capacity, and key tables at their
+// bound.
+func TestDecideOneMatchesJoint(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	one, joint := memory.New(c.Limiter(), 0), memory.New(c.Limiter(), 0)
+	defs := []limiter.Definition{
+		{Name: "plain-gcra", Policy: limiter.Policy{Limit: 5, Period: time.Second, Burst: 3}},
+		{Name: "plain-log", Policy: limiter.Policy{Limit: 4, Period: time.Second, Algorithm: limiter.SlidingLog}},
+		{Name: "keyed-gcra", Policy: limiter.Policy{Limit: 3, Period: time.Second}, Keyed: true, MaxKeys: 2},
+		{Name: "keyed-log", Policy: limiter.Policy{Limit: 3, Period: time.Second, Algorithm: limiter.SlidingLog}, Keyed: true, MaxKeys: 2},
+	}
+	for _, d := range defs {
+		putDef(t, one, d)
+		putDef(t, joint, d)
+	}
+	keys := []string{"a", "b", "c", "d"}
+	rng := rand.New(rand.NewPCG(7, 11))
+	var allowed, denied, exceeds, full int
+	for step := range 20_000 {
+		if rng.IntN(4) == 0 {
+			c.Advance(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
+		}
+		d := defs[rng.IntN(len(defs))]
+		it := limiter.Item{Name: d.Name, Permits: 2 + rng.Int64N(keystest.Capacity(d.Policy)+1)}
+		if d.Keyed {
+			it.Key = keys[rng.IntN(len(keys))]
+		}
+		got, err := one.Decide(ctx, []limiter.Item{it}, limiter.Take, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := it, it
+		a.Permits, b.Permits = it.Permits-1, 1
+		want, err := joint.Decide(ctx, []limiter.Item{a, b}, limiter.Take, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The joint answer has a check per item; both hold the state of
+		// the one (limiter, key), with each item's own permits.
+		want.Checks = want.Checks[:1]
+		want.Checks[0].Permits = it.Permits
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("step %d, %+v:\n single item %+v\n joint       %+v", step, it, got, want)
+		}
+		switch c := got.Checks[0]; {
+		case got.Allowed:
+			allowed++
+		case c.KeysFull:
+			full++
+		case c.ExceedsCapacity:
+			exceeds++
+		default:
+			denied++
+		}
+	}
+	for _, d := range defs {
+		for _, k := range keys {
+			var x, y any
+			if d.Keyed {
+				x, _ = one.AvailableKey(ctx, d.Name, k)
+				y, _ = joint.AvailableKey(ctx, d.Name, k)
+			} else {
+				x, _ = one.Available(ctx, d.Name)
+				y, _ = joint.Available(ctx, d.Name)
+			}
+			if fmt.Sprint(x) != fmt.Sprint(y) {
+				t.Errorf("%s/%s: %+v after single items, %+v after joint ones", d.Name, k, x, y)
+			}
+		}
+	}
+	// Every kind of answer was compared.
+	if allowed == 0 || denied == 0 || exceeds == 0 || full == 0 {
+		t.Errorf("answers: %d allowed, %d denied, %d above capacity, %d with the keys full; want each", allowed, denied, exceeds, full)
+	}
+}

@@ -305,6 +305,11 @@ func (s *Store) keyed(name string) (*Keys, error) {
 // and, with once, that of the key's shard of the idempotency table, which
 // holds at most limiter.MaxOnce keys. See keys_joint.go for keys.
 func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
+	if len(items) == 1 && mode == limiter.Take && once == "" {
+		if v, ok, err := s.decideOne(items[0]); ok {
+			return v, err
+		}
+	}
 	j, err := s.joint(items)
 	if err != nil {
 		return limiter.Verdict{}, err
@@ -320,6 +325,35 @@ func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mod
 		return decide()
 	}
 	return s.once.do(j.scope+"\x00"+once, limiter.Fingerprint(items, mode), s.clock.Now(), decide)
+}
+
+// decideOne is Decide of a single item taken without an idempotency key,
+// the decision of every request a single rule charges, made as that
+// item's acquisition (Acquire or AcquireKey) without the joint path's
+// bookkeeping. ok is false for a request above the limiter's capacity,
+// which it leaves to the joint path: that path answers a key it could not
+// give room to as KeysFull even then, and the acquisition recorded nothing.
+func (s *Store) decideOne(it limiter.Item) (v limiter.Verdict, ok bool, err error) {
+	e, err := s.lookup(it.Name)
+	if err != nil {
+		return limiter.Verdict{}, true, &limiter.MissingError{Name: it.Name}
+	}
+	if keyed := e.keys != nil; keyed != (it.Key != "") {
+		return limiter.Verdict{}, true, limiter.KeyMismatch(it.Name, keyed)
+	}
+	var d limiter.Decision
+	var full bool
+	if e.keys != nil {
+		d, full = e.keys.Acquire(it.Key, s.clock.Now(), it.Permits)
+	} else if d, err = e.l.Acquire(s.clock.Now(), it.Permits); err != nil {
+		return limiter.Verdict{}, true, err
+	}
+	if d.ExceedsCapacity {
+		return limiter.Verdict{}, false, nil
+	}
+	c := limiter.Check{Name: it.Name, Key: it.Key, Permits: it.Permits, Fits: d.Allowed,
+		Remaining: d.Remaining, Limit: d.Limit, RetryAfter: d.RetryAfter, KeysFull: full, ResetAfter: d.ResetAfter}
+	return limiter.NewVerdict([]limiter.Item{it}, []limiter.Check{c}, []int{0}), true, nil
 }
 
 // joint is what a decision needs of the store: its limiters (and keys),
