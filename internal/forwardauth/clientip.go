@@ -105,7 +105,8 @@ func (c ClientIP) Resolve(peer string, header []string) (client netip.Addr, src 
 	if c.Hops == 0 && !c.trusts(p) {
 		return p, FromPeer, true
 	}
-	hops := c.chain(header)
+	var buf [MaxHops]netip.Addr
+	hops := c.chain(buf[:0], header)
 	if c.Hops > 0 {
 		// The peer is the last proxy; the header's last Hops-1 addresses
 		// are the others, and the one before them is the client.
@@ -140,12 +141,12 @@ func (c ClientIP) trusts(a netip.Addr) bool {
 	return false
 }
 
-// chain returns the header's addresses from the right, at most MaxHops
-// of them (all the header's lines are one list, in order), an invalid
-// netip.Addr standing for each element that is not an address. Only the
-// right end is read: whatever a client writes further left costs nothing.
-func (c ClientIP) chain(header []string) []netip.Addr {
-	var hops []netip.Addr
+// chain appends to hops the header's addresses from the right, at most
+// MaxHops of them (all the header's lines are one list, in order), an
+// invalid netip.Addr standing for each element that is not an address.
+// Only the right end is read: whatever a client writes further left costs
+// nothing.
+func (c ClientIP) chain(hops []netip.Addr, header []string) []netip.Addr {
 	for i := len(header) - 1; i >= 0; i-- {
 		line := header[i]
 		for len(hops) < MaxHops {
@@ -174,8 +175,13 @@ func parseHop(s string) (netip.Addr, bool) {
 	if s == "" || len(s) > len("[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535") {
 		return netip.Addr{}, false
 	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return unmap(ap.Addr())
+	// Only an IPv4 address with a port (one colon) or a bracketed IPv6
+	// one with a port ("]:") can be an address and port: the others are
+	// spared a failed parse, which allocates its error.
+	if strings.Count(s, ":") == 1 || strings.Contains(s, "]:") {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return unmap(ap.Addr())
+		}
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 		s = s[1 : len(s)-1]

@@ -140,3 +140,33 @@ func FuzzClientIP(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseHop holds parseHop to its plain reading: an address and port
+// if the string is one, else an address, bracketed or not; parseHop
+// tries the first only for strings of its shape.
+func FuzzParseHop(f *testing.F) {
+	for _, s := range []string{"203.0.113.7", "203.0.113.7:41000", "[2001:db8::1]:41000", "[2001:db8::1]", "2001:db8::1",
+		"::ffff:1.2.3.4", "[::ffff:1.2.3.4]:1", "fe80::1%eth0", "[fe80::1%eth0]:80", "1.2.3.4:", "a:b", "[::]:]", ""} {
+		f.Add(s)
+	}
+	plain := func(s string) (netip.Addr, bool) {
+		if s == "" || len(s) > len("[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535") {
+			return netip.Addr{}, false
+		}
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return unmap(ap.Addr())
+		}
+		a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
+		if err != nil || strings.HasPrefix(s, "[") != strings.HasSuffix(s, "]") {
+			return netip.Addr{}, false
+		}
+		return unmap(a)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseHop(s)
+		want, wok := plain(s)
+		if got != want || ok != wok {
+			t.Fatalf("parseHop(%q) = %v, %v; want %v, %v", s, got, ok, want, wok)
+		}
+	})
+}

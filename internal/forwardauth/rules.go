@@ -154,7 +154,7 @@ func (c Config) Items(req Request) ([]limiter.Item, error) {
 		switch r.Key {
 		case ByClientIP:
 			if client == "" {
-				k, err := tenant.Normalize(req.Client.String(), c.IPv6Prefix)
+				k, err := tenant.NormalizeAddr(req.Client, c.IPv6Prefix)
 				if err != nil {
 					return nil, fmt.Errorf("%w: %w", ErrNoClient, err)
 				}

@@ -90,8 +90,10 @@ func (s *server) verdictAnswer(ctx context.Context, v limiter.Verdict) *verdictA
 	if v.Degraded {
 		return a
 	}
-	// One entry per limiter, in the order of the items.
-	var policy, rateLimit []byte
+	// One entry per limiter, in the order of the items, written on the
+	// stack and copied out once.
+	var pb, rb [512]byte
+	policy, rateLimit := pb[:0], rb[:0]
 	for i, c := range v.Checks {
 		if slices.ContainsFunc(v.Checks[:i], func(o limiter.Check) bool { return o.Name == c.Name }) {
 			continue
@@ -100,7 +102,7 @@ func (s *server) verdictAnswer(ctx context.Context, v limiter.Verdict) *verdictA
 			policy, rateLimit = append(policy, ", "...), append(rateLimit, ", "...)
 		}
 		policy = append(policy, s.policyOf(ctx, c.Name, c.Limit)...)
-		rateLimit = append(rateLimit, ratelimitheader.Value(c.Name, c.Remaining, c.ResetAfter)...)
+		rateLimit = ratelimitheader.AppendValue(rateLimit, c.Name, c.Remaining, c.ResetAfter)
 	}
 	a.policy, a.rateLimit = string(policy), string(rateLimit)
 	return a

@@ -65,10 +65,14 @@ func Policy(name string, period time.Duration, limit int64) string {
 // full again after reset.
 func Value(name string, remaining int64, reset time.Duration) string {
 	var buf [192]byte
-	b := appendString(buf[:0], name)
+	return string(AppendValue(buf[:0], name, remaining, reset))
+}
+
+// AppendValue appends Value(name, remaining, reset) to b.
+func AppendValue(b []byte, name string, remaining int64, reset time.Duration) []byte {
+	b = appendString(b, name)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, remaining, 10)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, Seconds(reset), 10)
-	return string(b)
+	return strconv.AppendInt(b, Seconds(reset), 10)
 }

@@ -42,6 +42,25 @@ func Normalize(ip string, ipv6Prefix int) (string, error) {
 	return formatKey(k, ipv6Prefix), nil
 }
 
+// NormalizeAddr is Normalize of an address already parsed: the tenant a
+// counts as, without writing a out and reading it back. The error wraps
+// ErrInvalidIP for an invalid netip.Addr, one with a zone, the unspecified
+// addresses and multicast addresses, and ErrInvalidConfig for an
+// ipv6Prefix out of range.
+func NormalizeAddr(a netip.Addr, ipv6Prefix int) (string, error) {
+	if ipv6Prefix < 1 || ipv6Prefix > MaxIPv6Prefix {
+		return "", fmt.Errorf("%w: IPv6 prefix must be between 1 and %d, got %d", ErrInvalidConfig, MaxIPv6Prefix, ipv6Prefix)
+	}
+	if !a.IsValid() {
+		return "", fmt.Errorf("%w: no address", ErrInvalidIP)
+	}
+	k, why := addrKey(a, ipv6Prefix)
+	if why != "" {
+		return "", invalidIP(a.String(), why)
+	}
+	return formatKey(k, ipv6Prefix), nil
+}
+
 // maxIPLen bounds the input echoed back in an error.
 const maxIPLen = 64
 
@@ -69,19 +88,28 @@ func parseKey(s string, bits int) (uint64, error) {
 	if err != nil {
 		return 0, invalidIP(s, "is not an IP address")
 	}
+	k, why := addrKey(a, bits)
+	if why != "" {
+		return 0, invalidIP(s, why)
+	}
+	return k, nil
+}
+
+// addrKey is parseKey of address a, or why a is no tenant.
+func addrKey(a netip.Addr, bits int) (k uint64, why string) {
 	if a.Zone() != "" {
-		return 0, invalidIP(s, "has a zone")
+		return 0, "has a zone"
 	}
 	a = a.Unmap()
-	if err := checkSource(s, a); err != nil {
-		return 0, err
+	if why := notSource(a); why != "" {
+		return 0, why
 	}
 	if a.Is4() {
 		b := a.As4()
-		return v4Tag | uint64(binary.BigEndian.Uint32(b[:])), nil
+		return v4Tag | uint64(binary.BigEndian.Uint32(b[:])), ""
 	}
 	b := a.As16()
-	return binary.BigEndian.Uint64(b[:8]) & prefixMask(bits), nil
+	return binary.BigEndian.Uint64(b[:8]) & prefixMask(bits), ""
 }
 
 // parsePrefixKey accepts an IPv6 prefix bits long, such as a tenant string
@@ -107,16 +135,16 @@ func parsePrefixKey(s string, bits int) (uint64, error) {
 	return binary.BigEndian.Uint64(b[:8]) & prefixMask(bits), nil
 }
 
-// checkSource rejects addresses that are never the source of a request.
-// IPv6 multicast must be rejected: its range holds the IPv4 keys.
-func checkSource(s string, a netip.Addr) error {
+// notSource says why a is never the source of a request, or "" when it
+// can be. IPv6 multicast must be rejected: its range holds the IPv4 keys.
+func notSource(a netip.Addr) string {
 	switch {
 	case a.IsUnspecified():
-		return invalidIP(s, "is unspecified")
+		return "is unspecified"
 	case a.IsMulticast():
-		return invalidIP(s, "is multicast")
+		return "is multicast"
 	}
-	return nil
+	return ""
 }
 
 func prefixMask(bits int) uint64 { return ^uint64(0) << (64 - bits) }

@@ -189,3 +189,36 @@ func TestTenantName(t *testing.T) {
 		t.Errorf("tenantName of an address written as its name: %v allocations, want 0", n)
 	}
 }
+
+// FuzzNormalizeAddr holds NormalizeAddr to Normalize of the address
+// written out: the same tenant, or both refusing it.
+func FuzzNormalizeAddr(f *testing.F) {
+	for _, s := range []string{
+		"203.0.113.7", "::ffff:203.0.113.7", "2001:db8:1:2::1", "fe80::1%eth0", "ff02::1", "::", "0.0.0.0",
+		"224.0.0.1", "::1", "127.0.0.1", "::ffff:0.0.0.0",
+	} {
+		a := netip.MustParseAddr(s)
+		b := a.AsSlice()
+		f.Add(b, a.Zone(), uint8(64))
+		f.Add(b, "", uint8(48))
+	}
+	f.Add([]byte{}, "", uint8(64)) // the zero netip.Addr
+	f.Fuzz(func(t *testing.T, b []byte, zone string, bits uint8) {
+		prefix := int(bits)%MaxIPv6Prefix + 1
+		a, _ := netip.AddrFromSlice(b)
+		if a.Is6() {
+			a = a.WithZone(zone)
+		}
+		got, err := NormalizeAddr(a, prefix)
+		if !a.IsValid() {
+			if !errors.Is(err, ErrInvalidIP) {
+				t.Fatalf("NormalizeAddr of the zero address: %q, %v; want an error wrapping ErrInvalidIP", got, err)
+			}
+			return
+		}
+		want, werr := Normalize(a.String(), prefix)
+		if got != want || (err == nil) != (werr == nil) || err != nil && !errors.Is(err, ErrInvalidIP) {
+			t.Fatalf("NormalizeAddr(%v, %d) = %q, %v; Normalize(%q) = %q, %v", a, prefix, got, err, a.String(), want, werr)
+		}
+	})
+}
