@@ -87,25 +87,29 @@ func (s *server) decide(ctx context.Context, body *gen.DecideRequest, mode limit
 // limiters unless it is degraded.
 func (s *server) verdictAnswer(ctx context.Context, v limiter.Verdict) *verdictAnswer {
 	a := &verdictAnswer{v: v}
-	if v.Degraded {
-		return a
+	if !v.Degraded {
+		a.policy, a.rateLimit = s.verdictHeaders(ctx, v)
 	}
-	// One entry per limiter, in the order of the items, written on the
-	// stack and copied out once.
+	return a
+}
+
+// verdictHeaders returns the RateLimit-Policy and RateLimit values of v's
+// limiters: one entry per limiter, in the order of the items, written on
+// the stack and copied out once.
+func (s *server) verdictHeaders(ctx context.Context, v limiter.Verdict) (policy, rateLimit string) {
 	var pb, rb [512]byte
-	policy, rateLimit := pb[:0], rb[:0]
+	p, r := pb[:0], rb[:0]
 	for i, c := range v.Checks {
 		if slices.ContainsFunc(v.Checks[:i], func(o limiter.Check) bool { return o.Name == c.Name }) {
 			continue
 		}
-		if len(policy) > 0 {
-			policy, rateLimit = append(policy, ", "...), append(rateLimit, ", "...)
+		if len(p) > 0 {
+			p, r = append(p, ", "...), append(r, ", "...)
 		}
-		policy = append(policy, s.policyOf(ctx, c.Name, c.Limit)...)
-		rateLimit = ratelimitheader.AppendValue(rateLimit, c.Name, c.Remaining, c.ResetAfter)
+		p = append(p, s.policyOf(ctx, c.Name, c.Limit)...)
+		r = ratelimitheader.AppendValue(r, c.Name, c.Remaining, c.ResetAfter)
 	}
-	a.policy, a.rateLimit = string(policy), string(rateLimit)
-	return a
+	return string(p), string(r)
 }
 
 // decideProblem is the problem of a decision the domain refused: the ones

@@ -98,8 +98,7 @@ func (s *server) ForwardAuth(ctx context.Context, _ gen.ForwardAuthRequestObject
 		ans.status = s.forward.Config().DenyStatus
 	}
 	if len(a.Items) > 0 && !a.Degraded() {
-		v := s.verdictAnswer(ctx, a.Verdict)
-		ans.policy, ans.rateLimit = v.policy, v.rateLimit
+		ans.policy, ans.rateLimit = s.verdictHeaders(ctx, a.Verdict)
 	}
 	return ans, nil
 }

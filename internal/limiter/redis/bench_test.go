@@ -113,7 +113,9 @@ func BenchmarkAcquireBatch(b *testing.B) {
 // 1,000 groups so that no key is hot (a hot key's single acquisitions
 // coalesce, which joint decisions do not). serial has one call in flight,
 // so its time is one round trip plus the server's work; parallel has 32
-// per GOMAXPROCS, as a busy service does.
+// per GOMAXPROCS, as a busy service does. The keyed cases set a key's
+// acquisition (key_acquire.lua) beside a decision of that one key
+// (decide.lua), over 1,000 keys of one keyed limiter.
 func BenchmarkDecide(b *testing.B) {
 	c := newClient(b, redistest.Standalone(b))
 	s := newStore(b, c)
@@ -137,6 +139,21 @@ func BenchmarkDecide(b *testing.B) {
 			{"decide-1", func(g int) error { _, err := s.Decide(ctx, three[g][:1], limiter.Take, ""); return err }},
 			{"decide-3", func(g int) error { _, err := s.Decide(ctx, three[g], limiter.Take, ""); return err }},
 		}
+		keyed := fmt.Sprintf("k-%s", alg)
+		if _, err := s.Put(ctx, limiter.Definition{Name: keyed, Policy: p, Keyed: true, MaxKeys: groups}); err != nil {
+			b.Fatal(err)
+		}
+		key := func(g int) string { return fmt.Sprintf("10.0.%d.%d", g/256, g%256) }
+		calls = append(calls, []struct {
+			name string
+			call func(g int) error
+		}{
+			{"acquire-key", func(g int) error { _, err := s.AcquireKey(ctx, keyed, key(g), 1); return err }},
+			{"decide-1-keyed", func(g int) error {
+				_, err := s.Decide(ctx, []limiter.Item{{Name: keyed, Key: key(g), Permits: 1}}, limiter.Take, "")
+				return err
+			}},
+		}...)
 		for _, cl := range calls {
 			b.Run(string(alg)+"/serial/"+cl.name, func(b *testing.B) {
 				g := 0
