@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,5 +205,51 @@ func TestDecideOneMatchesJoint(t *testing.T) {
 	// Every kind of answer was compared.
 	if allowed == 0 || denied == 0 || exceeds == 0 || full == 0 {
 		t.Errorf("answers: %d allowed, %d denied, %d above capacity, %d with the keys full; want each", allowed, denied, exceeds, full)
+	}
+}
+
+// TestKeyedDecideChurn: decisions naming keys of three bounded tables (two
+// GCRA, one sliding log), far more keys than the tables hold and a limit
+// nobody reaches, from many goroutines at once, as the benchmark harness's
+// random-key gRPC runs send them. Every key can be evicted, so room can
+// always be made, and every decision must be allowed: the room made for a
+// key stays that key's until it is decided, and a newcomer keeps looking
+// while other newcomers take the key it would evict.
+func TestKeyedDecideChurn(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	gcra := limiter.Policy{Limit: limiter.MaxLimit, Period: time.Second}
+	log := limiter.Policy{Limit: limiter.MaxLimit, Period: time.Millisecond, Algorithm: limiter.SlidingLog}
+	for name, p := range map[string]limiter.Policy{"a": gcra, "b": gcra, "c": log} {
+		putDef(t, s, limiter.Definition{Name: name, Policy: p, Group: "g", Keyed: true, MaxKeys: 1000})
+	}
+	perWorker := 400
+	if raceOn {
+		perWorker = 60
+	}
+	var wg sync.WaitGroup
+	var denied atomic.Int64
+	for w := range 32 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 2))
+			for range perWorker {
+				k := fmt.Sprint(rng.IntN(100_000))
+				items := []limiter.Item{{Name: "a", Key: k, Permits: 1}, {Name: "b", Key: k, Permits: 1}, {Name: "c", Key: k, Permits: 1}}
+				v, err := s.Decide(ctx, items, limiter.Take, "")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !v.Allowed {
+					if denied.Add(1) == 1 {
+						t.Errorf("denied: %+v", v)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := denied.Load(); n > 0 {
+		t.Errorf("%d of %d decisions denied", n, 32*perWorker)
 	}
 }

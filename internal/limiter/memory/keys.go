@@ -191,9 +191,18 @@ func (a *admission) release(n int) {
 	}
 }
 
-// maxVictimAttempts bounds how often a newcomer at the bound looks for a
-// key to evict when concurrent acquisitions keep changing the candidate.
+// maxVictimAttempts bounds how often a joint decision makes room for its
+// keys when concurrent decisions keep taking the keys it found (see
+// keys_joint.go).
 const maxVictimAttempts = 8
+
+// maxEvictAttempts bounds how often a newcomer at the bound looks for a
+// key to evict when concurrent ones keep changing the candidate. Every
+// newcomer at the bound looks at the same candidate, the key Keys evicts
+// first, and only one of them gets it: each miss is another's eviction,
+// so the bound is set above the number of newcomers that can be looking
+// at once on a busy service, not at a few.
+const maxEvictAttempts = 256
 
 // tableFull is the denial of a newcomer that cannot be remembered; the key
 // that could be evicted regains a permit after retry.

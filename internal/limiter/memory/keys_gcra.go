@@ -431,10 +431,10 @@ func (st *gcraTable) admitAtBound(key string, h uint64, now, n int64) (limiter.D
 // full bucket has, and is dropped here too), and keeps its unit of room for
 // the caller: evicted is then true. Otherwise that key is limited, and wait
 // is how long until it regains a permit. When concurrent acquisitions keep
-// changing the candidate, it gives up after maxVictimAttempts with a wait
+// changing the candidate, it gives up after maxEvictAttempts with a wait
 // of one permit's refill.
 func (st *gcraTable) evict(now int64) (evicted bool, wait time.Duration) {
-	for range maxVictimAttempts {
+	for range maxEvictAttempts {
 		v, ok := st.victim()
 		if !ok {
 			continue // every unit of room is an insertion under way

@@ -146,18 +146,14 @@ func (c *cell) atBoundCheck() limiter.Check {
 	return limiter.Check{Limit: c.ks.policy.Limit, RetryAfter: c.wait, ResetAfter: c.wait, KeysFull: true}
 }
 
-// makeRoom frees one unit of room in k as Keys describes, or reports how
-// long until it can: the key it would evict is limited.
+// makeRoom evicts a key from k as Keys describes and hands its unit of
+// room to the caller, or reports how long until it can: the key it would
+// evict is limited.
 func (k *Keys) makeRoom(now int64) (ok bool, wait time.Duration) {
 	if k.gcra != nil {
-		ok, wait = k.gcra.evict(now)
-	} else {
-		ok, wait = k.log.evict(now)
+		return k.gcra.evict(now)
 	}
-	if ok {
-		k.admission().release(1)
-	}
-	return ok, wait
+	return k.log.evict(now)
 }
 
 // atBound reports whether k, holding its bound, would refuse a newcomer
@@ -216,11 +212,14 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, set
 		switch c := &parts[j].cell; {
 		case mode == limiter.Peek:
 			c.atBound, c.wait = c.ks.atBound(now)
-		case records(j):
+		case records(j) && !c.reserved:
 			c.reserved = c.ks.admission().reserve()
 		}
 	}
 	defer func() {
+		if retry {
+			return // the room made is kept for the next round
+		}
 		for _, c := range cells {
 			c.release()
 		}
@@ -287,11 +286,19 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, set
 		if blocked || mode == limiter.Take && !allowed {
 			return fit, false
 		}
-		c := &parts[homeless[0]].cell
-		if ok, wait := c.ks.makeRoom(now); !ok {
-			c.wait = wait
-			fit[homeless[0]] = c.atBoundCheck()
-			return fit, false
+		// Room for every key that needs it, each unit kept by its key
+		// into the next round, where a concurrent newcomer cannot take it.
+		for _, j := range homeless {
+			c := &parts[j].cell
+			if ok, wait := c.ks.makeRoom(now); !ok {
+				c.wait = wait
+				fit[j] = c.atBoundCheck()
+				for _, c := range cells {
+					c.release()
+				}
+				return fit, false
+			}
+			c.reserved = true
 		}
 		return nil, true
 	}

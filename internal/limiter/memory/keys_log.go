@@ -177,7 +177,7 @@ func (st *logTable) admitAtBound(key string, now, n int64) (limiter.Decision, bo
 // evict is gcraTable.evict for logs: the candidate is the key whose log
 // empties first.
 func (st *logTable) evict(now int64) (evicted bool, wait time.Duration) {
-	for range maxVictimAttempts {
+	for range maxEvictAttempts {
 		vs, v, ok := st.victim()
 		if !ok {
 			continue

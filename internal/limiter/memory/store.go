@@ -410,9 +410,11 @@ func (s *Store) joint(items []limiter.Item) (joint, error) {
 // decideKeys decides the parts of a joint decision that names keys, by
 // decideParts, until no key needs room made for it, at most
 // maxVictimAttempts times; with deltas, it settles them by those signed
-// amounts instead. When room made for a key kept going to others, it
-// answers what a Peek would, with the first key KeysFull: denied, as an
-// acquisition that cannot find room is.
+// amounts instead. Room made for a key stays that key's from one round to
+// the next; when keys kept needing more (a key remembered in one round was
+// evicted by others before the next), it answers what a Peek would, with
+// the first key KeysFull: denied, as an acquisition that cannot find room
+// is.
 func (j *joint) decideKeys(clock *limiter.Clock, mode limiter.Mode, deltas []int64) []limiter.Check {
 	totals, settle := j.totals, deltas != nil
 	if settle {
@@ -431,8 +433,9 @@ func (j *joint) decideKeys(clock *limiter.Clock, mode limiter.Mode, deltas []int
 		}
 	}
 	for k := range found {
-		if j.parts[k].l == nil {
-			found[k].Fits, found[k].KeysFull = false, true
+		if c := &j.parts[k].cell; j.parts[k].l == nil {
+			_, c.wait = c.ks.atBound(clock.Now())
+			found[k] = c.atBoundCheck()
 			break
 		}
 	}
