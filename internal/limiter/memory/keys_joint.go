@@ -293,10 +293,7 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, set
 			if ok, wait := c.ks.makeRoom(now); !ok {
 				c.wait = wait
 				fit[j] = c.atBoundCheck()
-				for _, c := range cells {
-					c.release()
-				}
-				return fit, false
+				return fit, false // every unit held is released on return
 			}
 			c.reserved = true
 		}
