@@ -32,8 +32,8 @@ const v4Tag = uint64(0xff) << 56
 // a zone ("fe80::1%eth0"), the unspecified addresses and multicast
 // addresses, and ErrInvalidConfig for an ipv6Prefix out of range.
 func Normalize(ip string, ipv6Prefix int) (string, error) {
-	if ipv6Prefix < 1 || ipv6Prefix > MaxIPv6Prefix {
-		return "", fmt.Errorf("%w: IPv6 prefix must be between 1 and %d, got %d", ErrInvalidConfig, MaxIPv6Prefix, ipv6Prefix)
+	if err := checkPrefix(ipv6Prefix); err != nil {
+		return "", err
 	}
 	k, err := parseKey(ip, ipv6Prefix)
 	if err != nil {
@@ -48,8 +48,8 @@ func Normalize(ip string, ipv6Prefix int) (string, error) {
 // addresses and multicast addresses, and ErrInvalidConfig for an
 // ipv6Prefix out of range.
 func NormalizeAddr(a netip.Addr, ipv6Prefix int) (string, error) {
-	if ipv6Prefix < 1 || ipv6Prefix > MaxIPv6Prefix {
-		return "", fmt.Errorf("%w: IPv6 prefix must be between 1 and %d, got %d", ErrInvalidConfig, MaxIPv6Prefix, ipv6Prefix)
+	if err := checkPrefix(ipv6Prefix); err != nil {
+		return "", err
 	}
 	if !a.IsValid() {
 		return "", fmt.Errorf("%w: no address", ErrInvalidIP)
@@ -59,6 +59,14 @@ func NormalizeAddr(a netip.Addr, ipv6Prefix int) (string, error) {
 		return "", invalidIP(a.String(), why)
 	}
 	return formatKey(k, ipv6Prefix), nil
+}
+
+// checkPrefix reports an IPv6 prefix length tenants cannot be grouped by.
+func checkPrefix(ipv6Prefix int) error {
+	if ipv6Prefix < 1 || ipv6Prefix > MaxIPv6Prefix {
+		return fmt.Errorf("%w: IPv6 prefix must be between 1 and %d, got %d", ErrInvalidConfig, MaxIPv6Prefix, ipv6Prefix)
+	}
+	return nil
 }
 
 // maxIPLen bounds the input echoed back in an error.

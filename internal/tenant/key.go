@@ -1,7 +1,5 @@
 package tenant
 
-import "fmt"
-
 // Key returns the key of the tenant that address ip counts as when IPv6 is
 // aggregated to ipv6Prefix bits (0 means DefaultIPv6Prefix), and the
 // tenant's name as Decision.Tenant gives it. It is for backends that keep
@@ -20,8 +18,8 @@ func Key(ip string, ipv6Prefix int) (key uint64, name string, err error) {
 	if ipv6Prefix == 0 {
 		ipv6Prefix = DefaultIPv6Prefix
 	}
-	if ipv6Prefix < 1 || ipv6Prefix > MaxIPv6Prefix {
-		return 0, "", fmt.Errorf("%w: IPv6 prefix must be between 1 and %d, got %d", ErrInvalidConfig, MaxIPv6Prefix, ipv6Prefix)
+	if err := checkPrefix(ipv6Prefix); err != nil {
+		return 0, "", err
 	}
 	k, err := parseKey(ip, ipv6Prefix)
 	if err != nil {
