@@ -85,8 +85,10 @@ func ParseReservationID(id string) (scope, random string, err error) {
 		if j < 0 {
 			return "", "", invalid
 		}
-		key, err := base64.RawURLEncoding.Strict().DecodeString(where[j+1:])
-		if err != nil || CheckKey(string(key)) != nil || !ValidName(where[:j]) {
+		// Strict decoding still skips CR and LF; a key's text holds neither.
+		enc := where[j+1:]
+		key, err := base64.RawURLEncoding.Strict().DecodeString(enc)
+		if err != nil || strings.ContainsAny(enc, "\r\n") || CheckKey(string(key)) != nil || !ValidName(where[:j]) {
 			return "", "", invalid
 		}
 		where = where[:j] + "\x00" + string(key)
