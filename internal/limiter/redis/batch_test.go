@@ -169,14 +169,16 @@ func flushScripts(t *testing.T, c rueidis.Client) {
 	}
 }
 
-// loadScripts puts the acquire script back in every node's cache, as
-// another client's EVAL would.
+// loadScripts puts the acquire and decide scripts back in every node's
+// cache, as another client's EVAL would.
 func loadScripts(t *testing.T, c rueidis.Client) {
 	t.Helper()
 	ctx := context.Background()
 	for addr, node := range c.Nodes() {
-		if err := node.Do(ctx, node.B().ScriptLoad().Script(acquireSource).Build()).Error(); err != nil {
-			t.Fatalf("SCRIPT LOAD on %s: %v", addr, err)
+		for _, source := range []string{acquireSource, decideSource} {
+			if err := node.Do(ctx, node.B().ScriptLoad().Script(source).Build()).Error(); err != nil {
+				t.Fatalf("SCRIPT LOAD on %s: %v", addr, err)
+			}
 		}
 	}
 }

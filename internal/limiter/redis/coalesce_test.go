@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,17 +16,22 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/redistest"
 )
 
-// gateClient holds the first acquire script it sends by its digest until
-// open is closed, and counts the acquire scripts sent.
+// gateClient holds the first run of the script source it sends until open
+// is closed, and counts the runs of that script sent.
 type gateClient struct {
 	rueidis.Client
+	source     string
 	held, open chan struct{}
 	once       sync.Once
 	scripts    atomic.Int64
 }
 
+func newGateClient(c rueidis.Client, source string) *gateClient {
+	return &gateClient{Client: c, source: source, held: make(chan struct{}), open: make(chan struct{})}
+}
+
 func (c *gateClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if args := cmd.Commands(); args[0] == "EVALSHA" && args[1] == acquireSHA1 || args[0] == "EVAL" && args[1] == acquireSource {
+	if args := cmd.Commands(); args[0] == "EVALSHA" && args[1] == digest(c.source) || args[0] == "EVAL" && args[1] == c.source {
 		c.scripts.Add(1)
 		c.once.Do(func() {
 			close(c.held)
@@ -43,7 +49,7 @@ func TestCoalesce(t *testing.T) {
 	c := newClient(t, redistest.Standalone(t))
 	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
 		t.Run(string(alg), func(t *testing.T) {
-			gc := &gateClient{Client: c, held: make(chan struct{}), open: make(chan struct{})}
+			gc := newGateClient(c, acquireSource)
 			s := newStore(t, gc)
 			const limit, waiting = 1000, 2*maxGroup + 22
 			put(t, s, "hot", limiter.Policy{Limit: limit, Period: time.Hour, Algorithm: alg})
@@ -119,19 +125,86 @@ func awaitQueued(t *testing.T, s *Store, name string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s.mu.Lock()
-		queued := 0
-		if f := s.flights[name]; f != nil {
-			for _, g := range f.queue {
-				queued += len(g.permits)
-			}
-		}
-		s.mu.Unlock()
+		queued := s.acquisitions.queued(name)
 		if queued == n {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d acquisitions queued after 10s, want %d", queued, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Decisions on keys of one slot that arrive while a decision there is in
+// flight wait for it, then go in batches of up to maxGroup parts, one run
+// of decide.lua each, and each is decided as if alone: of 2 permits of a
+// key, the first decision on it is granted and every later one denied,
+// and every key of a full table but the first three is denied for want of
+// room.
+func TestCoalesceDecisions(t *testing.T) {
+	c := newClient(t, redistest.Standalone(t))
+	gc := newGateClient(c, decideSource)
+	s := newStore(t, gc)
+	putKeyed(t, s, "hot", "g", limiter.Policy{Limit: 2, Period: time.Hour}, 40)
+	loadScripts(t, c)
+	ctx := context.Background()
+	const waiting = 3 * maxGroup / 2 // 2 parts each: three batches
+	items := func(i int) []limiter.Item {
+		// Decision i takes 1 permit of key i/2 and 1 of key 1000+i/2.
+		return []limiter.Item{{Name: "hot", Key: fmt.Sprint(i / 2), Permits: 1}, {Name: "hot", Key: fmt.Sprint(1000 + i/2), Permits: 1}}
+	}
+	verdicts := make([]limiter.Verdict, waiting+1)
+	errs := make([]error, waiting+1)
+	var wg sync.WaitGroup
+	decide := func(i int) {
+		wg.Go(func() { verdicts[i], errs[i] = s.Decide(ctx, items(i), limiter.Take, "") })
+	}
+	decide(0)
+	select {
+	case <-gc.held:
+	case <-time.After(10 * time.Second):
+		wg.Wait()
+		t.Fatalf("the first decision was not sent: %+v, %v", verdicts[0], errs[0])
+	}
+	// One at a time, so that they queue in order.
+	for i := 1; i <= waiting; i++ {
+		decide(i)
+		awaitDecisions(t, s, items(0), i)
+	}
+	close(gc.open)
+	wg.Wait()
+	if got, want := gc.scripts.Load(), int64(1+(2*waiting+maxGroup-1)/maxGroup); got != want {
+		t.Errorf("scripts sent: got %d, want %d", got, want)
+	}
+	for i, v := range verdicts {
+		if errs[i] != nil {
+			t.Fatalf("decision %d: %v", i, errs[i])
+		}
+		// Keys 0 to 19 and 1000 to 1019 fill the table of 40; each key
+		// is asked twice, 2 permits in all, which its limit grants.
+		if want := i/2 < 20; v.Allowed != want {
+			t.Errorf("decision %d: got %+v, want allowed %v", i, v, want)
+		}
+		if i/2 >= 20 && !v.Checks[0].KeysFull {
+			t.Errorf("decision %d: got %+v, want its keys denied for want of room", i, v)
+		}
+	}
+}
+
+// awaitDecisions waits until n decisions wait for the call in flight in
+// the slot of items, keys of limiters of group "g".
+func awaitDecisions(t *testing.T, s *Store, items []limiter.Item, n int) {
+	t.Helper()
+	groups := make([]string, len(items))
+	for i := range groups {
+		groups[i] = "g"
+	}
+	tag, _ := s.scopeKeys(limiter.Scope(items, groups))
+	deadline := time.Now().Add(10 * time.Second)
+	for s.decisions.queued(tag+" ") != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d decisions queued after 10s, want %d", s.decisions.queued(tag+" "), n)
 		}
 		time.Sleep(time.Millisecond)
 	}

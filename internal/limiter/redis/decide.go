@@ -20,12 +20,16 @@ import (
 // Acquisitions from one limiter that arrive while the Store's call for it
 // is in flight wait for that call to return, then go together, in the
 // order they arrived, as one run of the script that decides each of them
-// as if alone (see coalesce).
+// as if alone (see coalescer).
 func (s *Store) Acquire(ctx context.Context, name string, permits int64) (limiter.Decision, error) {
 	if err := checkPermits(name, permits); err != nil {
 		return limiter.Decision{}, err
 	}
-	return s.coalesce(ctx, name, permits)
+	r, err := s.acquisitions.do(ctx, name, permits)
+	if err != nil {
+		return limiter.Decision{}, unavailable("acquire", name, err)
+	}
+	return r.Decision, r.Err
 }
 
 // Available reports what the limiter could grant at the Redis server's

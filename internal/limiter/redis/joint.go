@@ -176,15 +176,33 @@ func (s *Store) scopeKeys(scope string) (tag, record string) {
 	return s.prefix + "{" + where + "}", ""
 }
 
-// run runs decide.lua once on parts, the limiters and keys of items (by
-// index), which live in group, for a decision in scope.
+// run decides items once with decide.lua: parts are their limiters and
+// keys (by index), which live in group, for a decision in scope. The call
+// waits for its slot's call in flight, if there is one, and goes in a
+// batch with the others that waited (see coalescer).
 func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []int, group, scope string, c call, nowMicros string) (limiter.Verdict, error) {
+	tag, sc := s.scriptCall(parts, group, scope, c, nowMicros)
+	var sent time.Time
+	if c.learn {
+		sent = s.denials.now()
+	}
+	r, err := s.decisions.do(ctx, tag+" "+nowMicros, sc)
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return limiter.Verdict{}, unavailable("decide", parts[0].Name, err)
+	}
+	return s.verdict(items, parts, index, c, r.v, sent)
+}
+
+// scriptCall returns decide.lua's keys and arguments for a decision on
+// parts in group and scope (see run), and the hash tag of their slot.
+func (s *Store) scriptCall(parts []limiter.Item, group, scope string, c call, nowMicros string) (string, scriptCall) {
 	tag, record := s.scopeKeys(scope)
 	keys := make([]string, 0, 2*len(parts)+2)
-	names := make([]string, len(parts))
-	for j, p := range parts {
+	for _, p := range parts {
 		keys = append(keys, s.keysIn(p.Name, group)...)
-		names[j] = p.Name
 	}
 	random := ""
 	if c.reservation != "" {
@@ -201,7 +219,9 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 		ttl = strconv.FormatInt(c.ttl.Milliseconds(), 10)
 	}
 	args = append(args, c.fingerprint, strconv.FormatInt(limiter.OnceTTL.Milliseconds(), 10), ttl)
-	args = append(args, names...)
+	for _, p := range parts {
+		args = append(args, p.Name)
+	}
 	for _, p := range parts {
 		args = append(args, p.Key)
 	}
@@ -211,13 +231,15 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 			args = append(args, strconv.FormatUint(n, 10))
 		}
 	}
-	var sent time.Time
-	if c.learn {
-		sent = s.denials.now()
-	}
-	v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
-	if err != nil {
-		return limiter.Verdict{}, unavailable("decide", names[0], err)
+	return tag, scriptCall{keys: keys, args: args}
+}
+
+// verdict reads decide.lua's reply v to a decision of items (see run),
+// sent at sent for the denial cache to learn from.
+func (s *Store) verdict(items, parts []limiter.Item, index []int, c call, v []int64, sent time.Time) (limiter.Verdict, error) {
+	names := make([]string, len(parts))
+	for j, p := range parts {
+		names[j] = p.Name
 	}
 	switch {
 	case len(v) == 1 && v[0] == -1:
@@ -278,6 +300,56 @@ func (s *Store) run(ctx context.Context, items, parts []limiter.Item, index []in
 		verdict.Reservation = reservation
 	}
 	return verdict, nil
+}
+
+// scriptCall is one decision's keys and arguments for decide.lua.
+type scriptCall struct {
+	keys, args []string
+}
+
+// parts is how many limiters and keys the decision decides.
+func (c scriptCall) parts() int { return (len(c.keys) - 2) / 2 }
+
+// scriptReply is decide.lua's reply to one decision.
+type scriptReply struct {
+	v   []int64
+	err error
+}
+
+// runDecisions runs decide.lua once for the decisions calls, sent under
+// their slot's hash tag and instant (see run): the one on its own, or
+// several as a batch, each decided as if alone.
+func (s *Store) runDecisions(ctx context.Context, _ string, calls []scriptCall, out []scriptReply) {
+	if len(calls) == 1 {
+		out[0].v, out[0].err = decideScript.Exec(ctx, s.client, calls[0].keys, calls[0].args).AsIntSlice()
+		return
+	}
+	nk, na := 0, 3+2*len(calls)
+	for _, c := range calls {
+		nk, na = nk+len(c.keys), na+len(c.args)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]string, 0, na)
+	// Every call of a batch has the same instant.
+	args = append(args, "batch", calls[0].args[0], strconv.Itoa(len(calls)))
+	for _, c := range calls {
+		args = append(args, strconv.Itoa(len(c.keys)), strconv.Itoa(len(c.args)))
+	}
+	for _, c := range calls {
+		keys = append(keys, c.keys...)
+		args = append(args, c.args...)
+	}
+	replies, err := decideScript.Exec(ctx, s.client, keys, args).ToArray()
+	if err == nil && len(replies) != len(calls) {
+		err = fmt.Errorf("%d replies to a batch of %d decisions", len(replies), len(calls))
+	}
+	for i := range out {
+		if err != nil {
+			out[i].err = err
+			continue
+		}
+		out[i].v, out[i].err = replies[i].AsIntSlice()
+	}
 }
 
 // Settle settles or cancels a reservation in one script that checks and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -412,4 +413,111 @@ func testSettleReplicas(t *testing.T, c rueidis.Client) {
 			t.Errorf("%s: %+v, %v, want %d left", name, a, err, want)
 		}
 	}
+}
+
+// testDecideBatch holds decide.lua's batches to its single decisions:
+// random rounds of 2 to 8 decisions (takes, peeks, charges and refunds,
+// some under an idempotency key used twice in a round) on three plain
+// limiters and two keyed ones of one group, both algorithms, small limits,
+// and tables of 3 keys over 5, so that keys are evicted and denied for
+// want of room between the decisions of one round. Each round runs on one
+// Store as one batch, and on another, with the same definitions under
+// another prefix, as one call per decision, at the same instant: every
+// reply must be identical. The single path is held to the Go code and the
+// model by the other tests.
+func testDecideBatch(t *testing.T, c rueidis.Client) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(29, 31))
+	batched, single := newStore(t, c), newStore(t, c)
+	const group = "bg"
+	var names, keyed []string
+	for j := range 5 {
+		alg := limiter.GCRA
+		if j%2 == 1 {
+			alg = limiter.SlidingLog
+		}
+		limit := []int64{1, 2, 3, 5, 10}[rng.IntN(5)]
+		p := limiter.Policy{Limit: limit, Period: []time.Duration{time.Second, time.Hour}[rng.IntN(2)], Algorithm: alg}
+		if alg == limiter.GCRA {
+			p.Burst = 1 + rng.Int64N(limit)
+		}
+		name := fmt.Sprintf("b%d", j)
+		for _, s := range []*Store{batched, single} {
+			if j < 3 {
+				putIn(t, s, name, group, p)
+			} else {
+				putKeyed(t, s, name, group, p, 3)
+			}
+		}
+		if j < 3 {
+			names = append(names, name)
+		} else {
+			keyed = append(keyed, name)
+		}
+	}
+	modes := []limiter.Mode{limiter.Take, limiter.Take, limiter.Take, limiter.Peek, limiter.Charge, limiter.Refund}
+	now := int64(epochUS)
+	var decisions, denied, full int
+	for round := range scaled(300) {
+		nowMicros := us(now)
+		k := 2 + rng.IntN(7)
+		var calls, singles []scriptCall
+		var once string
+		for i := range k {
+			n := 1 + rng.IntN(3)
+			items := make([]limiter.Item, n)
+			for m := range items {
+				if rng.IntN(2) == 0 {
+					items[m] = limiter.Item{Name: names[rng.IntN(len(names))]}
+				} else {
+					items[m] = limiter.Item{Name: keyed[rng.IntN(len(keyed))], Key: fmt.Sprintf("key%d", rng.IntN(5))}
+				}
+				items[m].Permits = 1 + rng.Int64N(3)
+			}
+			mode := modes[rng.IntN(len(modes))]
+			cl := call{mode: mode.String()}
+			if i == 0 && rng.IntN(3) == 0 {
+				once = fmt.Sprintf("once-%d", round)
+			}
+			if once != "" && (i == 0 || rng.IntN(3) == 0) {
+				cl.once, cl.fingerprint = once, fingerprint(items, mode, once)
+			}
+			parts, _ := limiter.Parts(items)
+			groups := make([]string, len(items))
+			for m := range groups {
+				groups[m] = group
+			}
+			scope := limiter.Scope(items, groups)
+			_, b := batched.scriptCall(parts, group, scope, cl, nowMicros)
+			_, s := single.scriptCall(parts, group, scope, cl, nowMicros)
+			calls, singles = append(calls, b), append(singles, s)
+		}
+		got := make([]scriptReply, k)
+		batched.runDecisions(ctx, "", calls, got)
+		for i, sc := range singles {
+			var want [1]scriptReply
+			single.runDecisions(ctx, "", []scriptCall{sc}, want[:])
+			if got[i].err != nil || want[0].err != nil || !slices.Equal(got[i].v, want[0].v) {
+				t.Fatalf("round %d at %dµs, decision %d of %d (%v): batched %v, %v; alone %v, %v",
+					round, now, i+1, k, sc.args, got[i].v, got[i].err, want[0].v, want[0].err)
+			}
+			decisions++
+			if v := want[0].v; len(v) > checkFields && v[0] == 1 {
+				for j := 0; 1+checkFields*(j+1) <= len(v); j++ {
+					f := v[1+checkFields*j:]
+					if f[0] == 0 {
+						denied++
+					}
+					if f[8] == 1 {
+						full++
+					}
+				}
+			}
+		}
+		now += []int64{0, 1, 1000, 100_000, 1_000_000, 3_600_000_000}[rng.IntN(6)]
+	}
+	if denied == 0 || full == 0 {
+		t.Errorf("%d decisions: %d checks denied, %d keys full: want some of each", decisions, denied, full)
+	}
+	t.Logf("%d decisions in batches identical to alone (%d checks denied, %d keys full)", decisions, denied, full)
 }

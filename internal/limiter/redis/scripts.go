@@ -63,7 +63,8 @@ var (
 	unclaimScript = rueidis.NewLuaScript(unclaimLua)
 	// decideScript decides several limiters of one group together, and
 	// the keys of keyed limiters with the tables' code.
-	decideScript = rueidis.NewLuaScript(libLua + "\n" + tableLua + "\n" + decideLua)
+	decideSource = libLua + "\n" + tableLua + "\n" + decideLua
+	decideScript = rueidis.NewLuaScript(decideSource)
 
 	// The scripts of tables of keys: the library, then table.lua, then
 	// their own code.

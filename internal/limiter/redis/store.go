@@ -57,8 +57,10 @@ type Store struct {
 	directory string
 	max       int
 
-	mu      sync.Mutex
-	flights map[string]*flight // limiters with an Acquire call in flight; see coalesce
+	// Calls in flight, and the calls that wait for them (see coalescer):
+	// acquisitions by limiter, decisions by slot.
+	acquisitions *coalescer[int64, limiter.Result]
+	decisions    *coalescer[scriptCall, scriptReply]
 
 	locMu     sync.RWMutex
 	locations map[string]string // name to group, as last read; see groups.go
@@ -81,10 +83,15 @@ func New(client rueidis.Client, prefix string, maxLimiters int) (*Store, error) 
 	if maxLimiters <= 0 {
 		maxLimiters = limiter.DefaultMaxLimiters
 	}
-	return &Store{
+	s := &Store{
 		client: client, prefix: prefix, names: prefix + "names", directory: prefix + "groups", max: maxLimiters,
-		flights: make(map[string]*flight), locations: make(map[string]string),
-	}, nil
+		locations: make(map[string]string),
+	}
+	s.acquisitions = newCoalescer(func(ctx context.Context, name string, permits []int64, out []limiter.Result) {
+		s.decide(ctx, name, permits, "", out)
+	}, func(int64) int { return 1 })
+	s.decisions = newCoalescer(s.runDecisions, func(c scriptCall) int { return c.parts() })
+	return s, nil
 }
 
 func (s *Store) defKey(name string) string   { return s.prefix + "{" + name + "}:def" }

@@ -169,6 +169,7 @@ func runJoint(t *testing.T, c rueidis.Client) {
 		run  func(*testing.T, rueidis.Client)
 	}{
 		{"DecideMatchesGo", testDecideMatchesGo},
+		{"DecideBatch", testDecideBatch},
 		{"DecideReplicas", testDecideReplicas},
 		{"ChargeRefundReplicas", testChargeRefundReplicas},
 		{"OnceReplicas", testOnceReplicas},

@@ -114,19 +114,21 @@ local function extend(key, ms)
   end
 end
 
--- gcra_trim removes up to TRIM members whose TAT is before now: their
--- buckets are full. Each acquisition adds at most one member and trims up
--- to TRIM, so expired members cannot pile up in a shard that is in use.
-local function gcra_trim(idx, now)
-  local old = redis.call('ZRANGE', idx, '(' .. fmt(-now), '+inf', 'BYSCORE', 'LIMIT', 0, TRIM)
+-- gcra_trim removes up to limit (TRIM when nil) members whose TAT is
+-- before now: their buckets are full. Each acquisition adds at most one
+-- member and trims up to TRIM, so expired members cannot pile up in a
+-- shard that is in use.
+local function gcra_trim(idx, now, limit)
+  local old = redis.call('ZRANGE', idx, '(' .. fmt(-now), '+inf', 'BYSCORE', 'LIMIT', 0, limit or TRIM)
   if #old > 0 then
     zrem(idx, old)
   end
 end
 
--- log_trim removes up to TRIM members whose log is empty at now.
-local function log_trim(idx, exp, now)
-  local old = redis.call('ZRANGE', exp, '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, TRIM)
+-- log_trim removes up to limit (TRIM when nil) members whose log is empty
+-- at now.
+local function log_trim(idx, exp, now, limit)
+  local old = redis.call('ZRANGE', exp, '-inf', fmt(now), 'BYSCORE', 'LIMIT', 0, limit or TRIM)
   if #old > 0 then
     zrem(idx, old)
     zrem(exp, old)
