@@ -49,8 +49,8 @@ type flight[Q, R any] struct {
 type group[Q, R any] struct {
 	qs     []Q
 	weight int
-	// deadline is the earliest of its members' deadlines: the run's own
-	// (zero: none).
+	// deadline is the latest of its members' deadlines, the run's own;
+	// zero when one of them has none.
 	deadline time.Time
 	out      []R // set before done is closed
 	done     chan struct{}
@@ -85,7 +85,12 @@ func (c *coalescer[Q, R]) do(ctx context.Context, name string, q Q) (R, error) {
 	i := len(g.qs)
 	g.qs = append(g.qs, q)
 	g.weight += w
-	if d, ok := ctx.Deadline(); ok && (g.deadline.IsZero() || d.Before(g.deadline)) {
+	switch d, ok := ctx.Deadline(); {
+	case len(g.qs) == 1:
+		g.deadline = d // zero when there is none
+	case !ok:
+		g.deadline = time.Time{}
+	case !g.deadline.IsZero() && d.After(g.deadline):
 		g.deadline = d
 	}
 	c.mu.Unlock()
@@ -118,9 +123,9 @@ func (c *coalescer[Q, R]) land(name string) {
 	go c.send(name, g)
 }
 
-// send decides the group g under name in one run, bounded by the earliest
-// of its members' deadlines but not ended when one of them gives up: the
-// others still wait for it.
+// send decides the group g under name in one run, bounded by the latest of
+// its members' deadlines: one that gives up at its own deadline (see do)
+// does not end the run for the others, which would then fail with it.
 func (c *coalescer[Q, R]) send(name string, g *group[Q, R]) {
 	ctx := context.Background()
 	if !g.deadline.IsZero() {

@@ -209,3 +209,48 @@ func awaitDecisions(t *testing.T, s *Store, items []limiter.Item, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A call that gives up at its own deadline while it waits does not end
+// its group's run: the others in the group are still decided, and so is
+// the one that gave up, as a call whose deadline passes after it was sent
+// may be.
+func TestCoalesceDeadline(t *testing.T) {
+	c := newClient(t, redistest.Standalone(t))
+	gc := newGateClient(c, acquireSource)
+	s := newStore(t, gc)
+	put(t, s, "hot", limiter.Policy{Limit: 10, Period: time.Hour})
+	loadScripts(t, c)
+	ctx := context.Background()
+	acquire := func(ctx context.Context) chan error {
+		done := make(chan error, 1)
+		go func() {
+			d, err := s.Acquire(ctx, "hot", 1)
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("denied: %+v", d)
+			}
+			done <- err
+		}()
+		return done
+	}
+	first := acquire(ctx)
+	<-gc.held
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	gaveUp := acquire(short)
+	awaitQueued(t, s, "hot", 1)
+	later := acquire(ctx)
+	awaitQueued(t, s, "hot", 2)
+	if err := <-gaveUp; !errors.Is(err, limiter.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the call past its deadline: got %v, want ErrUnavailable and context.DeadlineExceeded", err)
+	}
+	close(gc.open)
+	if err := <-first; err != nil {
+		t.Errorf("the call in flight: %v", err)
+	}
+	if err := <-later; err != nil {
+		t.Errorf("the call without a deadline, in the group of the one that gave up: %v", err)
+	}
+	if a, err := s.Available(ctx, "hot"); err != nil || a.Remaining != 7 {
+		t.Errorf("Available: got %+v, %v, want 7 remaining", a, err)
+	}
+}
