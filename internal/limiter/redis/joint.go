@@ -32,6 +32,10 @@ import (
 // With CacheDenials, a Take or Peek without once that Redis would deny may
 // be answered without asking it, and a Refund forgets what the cache knew
 // of its limiters.
+//
+// Decisions of one slot that arrive while one there is in flight wait for
+// it, then go together as one run of the script, each decided as if alone
+// (see coalescer).
 func (s *Store) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
 	return s.decideMode(ctx, items, mode, once, "")
 }
