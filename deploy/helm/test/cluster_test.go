@@ -15,10 +15,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -265,11 +267,20 @@ func (c *testCluster) waitReady(t *testing.T, ns string, selector labels.Set, n 
 	}
 }
 
-// waitEndpoints waits until the Service lists n ready endpoints and
-// kube-proxy has written every endpoint change into its rules, so that
-// connections to the Service's address reach all n pods.
+// waitEndpoints waits until the Service lists n ready endpoints,
+// kube-proxy has written every endpoint change into its rules, and a
+// connection to the Service's address (its first port) is accepted, so
+// that connections to it reach all n pods. kube-proxy counts a change as
+// pending only once its watch has delivered it: until then it reports none
+// pending while its rules still reject connections to a Service it knows
+// no endpoint of, which the dial catches.
 func (c *testCluster) waitEndpoints(t *testing.T, ns, service string, n int) {
 	t.Helper()
+	svc, err := c.kube.CoreV1().Services(ns).Get(t.Context(), service, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get service %s/%s: %v", ns, service, err)
+	}
+	addr := net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
 	b, err := os.ReadFile(filepath.Join(c.dir, "kube-proxy.yaml"))
 	if err != nil {
 		t.Fatalf("kube-proxy's configuration: %v", err)
@@ -306,11 +317,17 @@ func (c *testCluster) waitEndpoints(t *testing.T, ns, service string, n int) {
 				}
 			}
 		}
+		dialed := "not tried"
 		if ready == n && pending == "0" {
-			return
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				conn.Close()
+				return
+			}
+			dialed = err.Error()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("service %s/%s: %d of %d endpoints ready, %s endpoint changes pending in kube-proxy after a minute", ns, service, ready, n, pending)
+			t.Fatalf("service %s/%s: %d of %d endpoints ready, %s endpoint changes pending in kube-proxy after a minute; dial %s: %s", ns, service, ready, n, pending, addr, dialed)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
