@@ -59,9 +59,13 @@ type Request struct {
 	Method, Host, Path string
 	// Client is the client's address (see ClientIP).
 	Client netip.Addr
-	// Header returns the first value of a header of the original request,
-	// or "".
-	Header func(name string) string
+	// Header holds the headers of the original request.
+	Header Header
+}
+
+// Header gives the first value of a header, or "", as http.Header does.
+type Header interface {
+	Get(name string) string
 }
 
 // MaxRules bounds the rules of a configuration; a request is matched
@@ -162,7 +166,7 @@ func (c Config) Items(req Request) ([]limiter.Item, error) {
 			}
 			it.Key = client
 		case ByHeader:
-			v := req.Header(r.Header)
+			v := req.Header.Get(r.Header)
 			if v == "" {
 				continue
 			}

@@ -14,16 +14,18 @@ import (
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 )
 
-func header(kv ...string) func(string) string {
-	return func(name string) string {
-		for i := 0; i < len(kv); i += 2 {
-			if kv[i] == name {
-				return kv[i+1]
-			}
-		}
-		return ""
+// header holds the headers kv, names and values in turn.
+func header(kv ...string) Header {
+	h := make(testHeader, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		h[kv[i]] = kv[i+1]
 	}
+	return h
 }
+
+type testHeader map[string]string
+
+func (h testHeader) Get(name string) string { return h[name] }
 
 func TestItems(t *testing.T) {
 	cfg := Config{IPv6Prefix: 64, DenyStatus: 429, Rules: []Rule{

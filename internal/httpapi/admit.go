@@ -57,15 +57,6 @@ func (s *server) admit(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if op.fast == fastForwardAuth {
-			r, p := s.forwardAuthRequest(r)
-			if p != nil {
-				s.writeProblem(w, r, p)
-				return
-			}
-			next.ServeHTTP(w, r)
-			return
-		}
 		if op.fast != fastNone {
 			r, p := validateFast(op, r, b)
 			if p != nil {

@@ -25,28 +25,67 @@ const (
 	hdrDegraded        = "Ratelimiter-Degraded"
 )
 
-type forwardedKey struct{}
+// serveForwardAuth serves a proxy's auth subrequest: one for every request
+// the proxy forwards, the hottest there is. ServeHTTP sends it here before
+// the router, and it takes none of the layers a routed operation takes
+// (route context, generated wrapper, admit, strict handler): it has no
+// path parameter, body or schema to check, and what it reads, the
+// forwarding headers, the operation does not declare. It is measured,
+// traced and answered as the forwardAuth operation of its method
+// (TestForwardAuthBypassesTheRouter).
+func (s *server) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
+	byMethod := s.ops[anyMethodPath]
+	op := byMethod[r.Method]
+	if op == nil {
+		op = byMethod[otherMethod]
+	}
+	rec, _ := w.(*recorder)
+	if rec != nil {
+		rec.op = op
+	}
+	if s.forward == nil {
+		s.writeProblem(w, r, &problem{status: http.StatusNotFound, detail: "No forward_auth rules are configured: add them to the configuration file."})
+		return
+	}
+	req, p := s.forwardAuthRequest(r)
+	if p != nil {
+		s.writeProblem(w, r, p)
+		return
+	}
+	ctx, span := s.serverSpan(r.Context(), r.Header, op)
+	if span != nil {
+		if rec != nil {
+			rec.span = span // observe ends it
+		} else {
+			defer span.End()
+		}
+	}
+	ans, err := s.forwardAuth(ctx, &req)
+	if err == nil {
+		err = ans.write(w)
+	}
+	if err != nil {
+		s.responseError(w, r, err)
+	}
+}
 
 // forwardAuthRequest reads what r's proxy says of the request it asks
-// about, and hands it to the handler in r's context. Nothing a proxy
-// forwards from its client is refused by a schema: a forwarding header
-// that names no client yields the peer (see forwardauth.ClientIP). The
-// one refusal is a path that a rule needs and the proxy did not send.
-func (s *server) forwardAuthRequest(r *http.Request) (*http.Request, *problem) {
-	if s.forward == nil {
-		return r, nil
-	}
+// about. Nothing a proxy forwards from its client is refused by a schema:
+// a forwarding header that names no client yields the peer (see
+// forwardauth.ClientIP). The one refusal is a path that a rule needs and
+// the proxy did not send.
+func (s *server) forwardAuthRequest(r *http.Request) (forwardauth.Request, *problem) {
 	cfg := s.forward.Config()
 	req := forwardauth.Request{
 		Method: firstOf(r.Header.Get(hdrForwardedMethod), r.Header.Get(hdrOriginalMethod), r.Method),
 		Host:   firstOf(r.Header.Get(hdrForwardedHost), r.Host),
 		Path:   firstOf(r.Header.Get(hdrForwardedURI), r.Header.Get(hdrOriginalURI)),
-		Header: r.Header.Get,
+		Header: r.Header,
 	}
 	if req.Path == "" {
 		for _, rule := range cfg.Rules {
 			if rule.PathPrefix != "" {
-				return r, &problem{status: http.StatusBadRequest, detail: "The proxy sent neither X-Forwarded-Uri nor X-Original-URI, and a forward_auth rule matches by path: set one of them in the proxy's configuration."}
+				return req, &problem{status: http.StatusBadRequest, detail: "The proxy sent neither X-Forwarded-Uri nor X-Original-URI, and a forward_auth rule matches by path: set one of them in the proxy's configuration."}
 			}
 		}
 	}
@@ -57,10 +96,10 @@ func (s *server) forwardAuthRequest(r *http.Request) (*http.Request, *problem) {
 	}
 	client, _, ok := cfg.ClientIP.Resolve(r.RemoteAddr, r.Header.Values(header))
 	if !ok {
-		return r, &problem{status: http.StatusBadRequest, detail: "The connection has no IP address to tell the client by."}
+		return req, &problem{status: http.StatusBadRequest, detail: "The connection has no IP address to tell the client by."}
 	}
 	req.Client = client
-	return r.WithContext(context.WithValue(r.Context(), forwardedKey{}, &req)), nil
+	return req, nil
 }
 
 func firstOf(vs ...string) string {
@@ -72,18 +111,22 @@ func firstOf(vs ...string) string {
 	return ""
 }
 
-// ForwardAuth decides whether the request a proxy asks about may pass.
-func (s *server) ForwardAuth(ctx context.Context, _ gen.ForwardAuthRequestObject) (gen.ForwardAuthResponseObject, error) {
-	req, _ := ctx.Value(forwardedKey{}).(*forwardauth.Request)
-	if s.forward == nil || req == nil {
-		return nil, &problem{status: http.StatusNotFound, detail: "No forward_auth rules are configured: add them to the configuration file."}
-	}
+// ForwardAuth serves the generated route of the forwardAuth operation,
+// which no request reaches: ServeHTTP serves its path before the router
+// (see serveForwardAuth), since the answer depends on headers the
+// operation does not declare, which a strict handler cannot read.
+func (s *server) ForwardAuth(context.Context, gen.ForwardAuthRequestObject) (gen.ForwardAuthResponseObject, error) {
+	return nil, errors.New("httpapi: forward-auth requests are served before the router")
+}
+
+// forwardAuth decides whether the request a proxy asks about may pass.
+func (s *server) forwardAuth(ctx context.Context, req *forwardauth.Request) (forwardAnswer, error) {
 	a, err := s.forward.Decide(ctx, *req)
 	if errors.Is(err, forwardauth.ErrNoClient) {
-		return nil, &problem{status: http.StatusBadRequest, detail: "The client's address, " + req.Client.String() + ", cannot key a limit."}
+		return forwardAnswer{}, &problem{status: http.StatusBadRequest, detail: "The client's address, " + req.Client.String() + ", cannot key a limit."}
 	}
 	if err != nil {
-		return nil, err
+		return forwardAnswer{}, err
 	}
 	if a.Failed != nil {
 		s.log.WarnContext(ctx, "forward-auth decision failed; answered by the failure mode", "error", a.Failed, "allowed", a.Allowed)
@@ -93,7 +136,7 @@ func (s *server) ForwardAuth(ctx context.Context, _ gen.ForwardAuthRequestObject
 			s.tel.decided(c.Name, limiter.Decision{Permits: c.Permits, Allowed: a.Verdict.Allowed, Degraded: a.Verdict.Degraded})
 		}
 	}
-	ans := &forwardAnswer{a: a, status: http.StatusOK}
+	ans := forwardAnswer{a: a, status: http.StatusOK}
 	if !a.Allowed {
 		ans.status = s.forward.Config().DenyStatus
 	}
@@ -114,9 +157,8 @@ type forwardAnswer struct {
 	policy, rateLimit string
 }
 
-var _ gen.ForwardAuthResponseObject = (*forwardAnswer)(nil)
-
-func (f *forwardAnswer) VisitForwardAuthResponse(w http.ResponseWriter) error {
+// write writes f to w.
+func (f *forwardAnswer) write(w http.ResponseWriter) error {
 	h := w.Header()
 	if f.policy != "" {
 		h.Set(hdrPolicy, f.policy)

@@ -144,6 +144,8 @@ type server struct {
 	params map[string]paramInfo // query and path parameters by name
 	// What requests no operation serves are measured as; see unrouted.
 	unroutedOps map[string]map[string]*operation
+	// forwardAuthHandler serves anyMethodPath ahead of the router.
+	forwardAuthHandler http.Handler
 
 	validator func(http.Handler) http.Handler // kin-openapi request validation
 	specJSON  map[string]any                  // the spec, for /openapi.json
@@ -226,7 +228,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.observe, headAsGet, anyMethod)
+	r.Use(s.observe, headAsGet)
 	r.NotFound(s.notFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
 	if o.Metrics != nil {
@@ -249,14 +251,27 @@ func newServer(o Options, set settings) (http.Handler, error) {
 		for _, op := range byMethod {
 			m := routeMethod(op.method)
 			if op.route == anyMethodPath {
-				m = http.MethodGet // see anyMethod
+				m = http.MethodGet // the route of every method (see ServeHTTP)
 			}
 			if !r.Match(chi.NewRouteContext(), m, op.example) {
 				return nil, fmt.Errorf("httpapi: operation %s (%s %s) is not routed", op.id, op.method, op.route)
 			}
 		}
 	}
-	return r, nil
+	s.forwardAuthHandler = s.observe(http.HandlerFunc(s.serveForwardAuth))
+	return s, nil
+}
+
+// ServeHTTP serves a proxy's auth subrequest with serveForwardAuth, and
+// every other request through the router. A path that chi would route by
+// its escaped form (RawPath) is left to the router, which matches no
+// route to it, as it would have done.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == anyMethodPath && r.URL.RawPath == "" {
+		s.forwardAuthHandler.ServeHTTP(w, r)
+		return
+	}
+	s.router.ServeHTTP(w, r)
 }
 
 // specAsJSON converts the spec to the generic JSON value /openapi.json

@@ -36,12 +36,11 @@ type operation struct {
 type fastKind uint8
 
 const (
-	fastNone        fastKind = iota
-	fastLimiter              // a limiter name in the path
-	fastTenant               // an IP address in the path
-	fastBatch                // a BatchAcquireRequest body
-	fastDecide               // a DecideRequest body, and an Idempotency-Key where declared
-	fastForwardAuth          // the forwarding headers of a proxy's auth subrequest; any method
+	fastNone    fastKind = iota
+	fastLimiter          // a limiter name in the path
+	fastTenant           // an IP address in the path
+	fastBatch            // a BatchAcquireRequest body
+	fastDecide           // a DecideRequest body, and an Idempotency-Key where declared
 )
 
 // fastOperations are the hot operations. kin-openapi nearly doubles what
@@ -58,13 +57,11 @@ var fastOperations = map[string]fastKind{
 	"peek":               fastDecide,
 	"charge":             fastDecide,
 	"refund":             fastDecide,
-	// Nothing of it is in the spec but its path: what a proxy sends is
-	// never refused by a schema (see forwardAuthRequest).
-	"forwardAuth": fastForwardAuth,
 }
 
 // anyMethodPath is the path served whatever the method, as the forwardAuth
-// operation's GET (see anyMethod).
+// operation's GET: by serveForwardAuth, before the router, and routed so
+// (see anyMethod).
 const anyMethodPath = "/v1/forward-auth"
 
 // untraced operations get no server span: probes would drown the traces.

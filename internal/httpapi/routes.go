@@ -11,25 +11,11 @@ import (
 // see the method sent, and net/http sends no body in answer to a HEAD
 // whatever they write. A path served only for other methods answers HEAD
 // with 405, so HEAD never reaches an operation that consumes permits, but
-// for the one that does with any method (see anyMethod).
+// for the one that does with any method, which is served before the router
+// (see serveForwardAuth).
 func headAsGet(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead {
-			if rctx := chi.RouteContext(r.Context()); rctx != nil {
-				rctx.RouteMethod = http.MethodGet
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// anyMethod routes every request to anyMethodPath as a GET, whatever its
-// method, even one the router does not know: a proxy's auth subrequest
-// carries the method of the request it asks about. The handler still sees
-// the method sent.
-func anyMethod(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == anyMethodPath {
 			if rctx := chi.RouteContext(r.Context()); rctx != nil {
 				rctx.RouteMethod = http.MethodGet
 			}

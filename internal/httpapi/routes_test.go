@@ -58,10 +58,11 @@ func (e *env) exchange(request string) (*http.Response, []byte, []byte) {
 // its parameters filled in.
 func getRoutes(t *testing.T, h http.Handler) []string {
 	t.Helper()
-	routes, ok := h.(chi.Routes)
+	s, ok := h.(*server)
 	if !ok {
-		t.Fatalf("the handler is a %T, not a chi router", h)
+		t.Fatalf("the handler is a %T, not the server", h)
 	}
+	routes := s.router
 	var paths []string
 	err := chi.Walk(routes, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		if method == http.MethodGet {

@@ -196,16 +196,24 @@ func (s *server) startSpan(f gen.StrictHandlerFunc, operationID string) gen.Stri
 		if op == nil {
 			op = s.byID[operationID]
 		}
-		if op == nil || !op.traced || !s.tel.tracing {
-			return f(ctx, w, r, request)
-		}
-		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
-		ctx, span := s.tel.tracer.Start(ctx, op.id, op.startOpts...)
-		if rec == nil {
-			defer span.End()
-		} else {
-			rec.span = span
+		ctx, span := s.serverSpan(ctx, r.Header, op)
+		if span != nil {
+			if rec == nil {
+				defer span.End()
+			} else {
+				rec.span = span
+			}
 		}
 		return f(ctx, w, r, request)
 	}
+}
+
+// serverSpan starts the server span of operation op, a child of the W3C
+// trace context in h, or returns ctx and nil when op gets none.
+func (s *server) serverSpan(ctx context.Context, h http.Header, op *operation) (context.Context, trace.Span) {
+	if op == nil || !op.traced || !s.tel.tracing {
+		return ctx, nil
+	}
+	ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(h))
+	return s.tel.tracer.Start(ctx, op.id, op.startOpts...)
 }
