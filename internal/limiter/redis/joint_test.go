@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -520,4 +521,64 @@ func testDecideBatch(t *testing.T, c rueidis.Client) {
 		t.Errorf("%d decisions: %d checks denied, %d keys full: want some of each", decisions, denied, full)
 	}
 	t.Logf("%d decisions in batches identical to alone (%d checks denied, %d keys full)", decisions, denied, full)
+}
+
+// testDecideBatchFailsAlone: a decision of a batch that raises an error in
+// decide.lua (here a limiter whose state is a key of the wrong type) fails
+// alone, with the error it gets alone, and the batch's other decisions,
+// before and after it, are made as they would be alone.
+func testDecideBatchFailsAlone(t *testing.T, c rueidis.Client) {
+	ctx := context.Background()
+	batched, single := newStore(t, c), newStore(t, c)
+	const group = "fg"
+	p := limiter.Policy{Limit: 5, Period: time.Hour}
+	for _, s := range []*Store{batched, single} {
+		putIn(t, s, "ok", group, p)
+		putIn(t, s, "broken", group, p)
+		state := s.keysIn("broken", group)[1]
+		if err := c.Do(ctx, c.B().Lpush().Key(state).Element("not a bucket").Build()).Error(); err != nil {
+			t.Fatalf("LPUSH %s: %v", state, err)
+		}
+	}
+	nowMicros := us(epochUS)
+	items := [][]limiter.Item{
+		{{Name: "ok", Permits: 2}},
+		{{Name: "ok", Permits: 1}, {Name: "broken", Permits: 1}},
+		{{Name: "ok", Permits: 2}},
+		{{Name: "ok", Permits: 2}},
+	}
+	var calls, singles []scriptCall
+	for _, its := range items {
+		parts, _ := limiter.Parts(its)
+		groups := make([]string, len(its))
+		for m := range groups {
+			groups[m] = group
+		}
+		scope := limiter.Scope(its, groups)
+		cl := call{mode: limiter.Take.String()}
+		_, b := batched.scriptCall(parts, group, scope, cl, nowMicros)
+		_, s := single.scriptCall(parts, group, scope, cl, nowMicros)
+		calls, singles = append(calls, b), append(singles, s)
+	}
+	got := make([]scriptReply, len(calls))
+	batched.runDecisions(ctx, "", calls, got)
+	for i, sc := range singles {
+		var want [1]scriptReply
+		single.runDecisions(ctx, "", []scriptCall{sc}, want[:])
+		if i == 1 {
+			// Alone, Redis adds where in the script the error arose.
+			if got[i].err == nil || want[0].err == nil || !strings.HasPrefix(got[i].err.Error(), "WRONGTYPE") || !strings.HasPrefix(want[0].err.Error(), "WRONGTYPE") {
+				t.Errorf("decision %d, on a broken state: batched %v, %v; alone %v, %v; want WRONGTYPE errors", i+1, got[i].v, got[i].err, want[0].v, want[0].err)
+			}
+			continue
+		}
+		if got[i].err != nil || want[0].err != nil || !slices.Equal(got[i].v, want[0].v) {
+			t.Errorf("decision %d: batched %v, %v; alone %v, %v", i+1, got[i].v, got[i].err, want[0].v, want[0].err)
+		}
+	}
+	// 2 and 2 of 5 fit, the last 2 do not: the batch went on past the
+	// failure, and the failed decision took nothing.
+	if got[3].err == nil && (len(got[3].v) < 2 || got[3].v[1] != 0) {
+		t.Errorf("decision 4: got %v, want a denial", got[3].v)
+	}
 }

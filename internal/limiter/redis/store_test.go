@@ -170,6 +170,7 @@ func runJoint(t *testing.T, c rueidis.Client) {
 	}{
 		{"DecideMatchesGo", testDecideMatchesGo},
 		{"DecideBatch", testDecideBatch},
+		{"DecideBatchFailsAlone", testDecideBatchFailsAlone},
 		{"DecideReplicas", testDecideReplicas},
 		{"ChargeRefundReplicas", testChargeRefundReplicas},
 		{"OnceReplicas", testOnceReplicas},

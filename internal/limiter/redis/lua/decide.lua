@@ -60,7 +60,8 @@
 -- then, for each decision, how many keys and arguments it has, which
 -- follow in KEYS and in ARGV, decision after decision, as above (the
 -- instant of each is ignored). They are made in order, each as if alone,
--- all at one instant, and the reply is the list of their replies.
+-- all at one instant, and the reply is the list of their replies: an
+-- error reply for a decision that raised one.
 
 -- A charge never puts a bucket more than MaxPeriod (366 days) of refill in
 -- debt, nor a sliding log more than MaxLogDebt permits past its limit, as
@@ -605,7 +606,14 @@ if ARGV[1] == 'batch' then
   local ki, ai = 1, 4 + 2 * m
   for i = 1, m do
     local nk, na = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
-    out[i] = decide({unpack(KEYS, ki, ki + nk - 1)}, {unpack(ARGV, ai, ai + na - 1)}, run)
+    -- A decision that raises an error (a key of the wrong type, say)
+    -- fails alone, with that error as its reply, as it would have on its
+    -- own; the others are still made.
+    local ok, r = pcall(decide, {unpack(KEYS, ki, ki + nk - 1)}, {unpack(ARGV, ai, ai + na - 1)}, run)
+    if not ok and type(r) ~= 'table' then
+      r = redis.error_reply(tostring(r))
+    end
+    out[i] = r
     ki, ai = ki + nk, ai + na
   end
   return out
