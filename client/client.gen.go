@@ -331,7 +331,9 @@ type ItemCheck struct {
 	// KeysFull Present, and true, only for the key of a keyed limiter that
 	// holds `max_keys` keys, all limited, and so has no room for this
 	// one: it does not fit, and `retry_after_ms` says when room can be
-	// made. A charge naming it records nothing.
+	// made. A charge naming it records nothing. An item asking more
+	// than the limiter can ever hold says `exceeds_capacity` instead,
+	// as an acquisition does, since room would not make it fit.
 	//
 	//
 	// Example: true

@@ -167,7 +167,9 @@ type Check struct {
 	// KeysFull reports an item of a keyed limiter whose key is not
 	// remembered and cannot be now: the limiter holds its MaxKeys keys,
 	// all limited (see Definition.MaxKeys). Fits is then false, Remaining
-	// 0, and RetryAfter and ResetAfter say when room can be made.
+	// 0, and RetryAfter and ResetAfter say when room can be made. A Take
+	// or Peek of more than the capacity reports ExceedsCapacity instead,
+	// as an acquisition does: room would not make it fit.
 	KeysFull bool
 	// ResetAfter is how long until the limiter is full again if nobody
 	// acquires meanwhile.

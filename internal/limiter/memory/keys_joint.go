@@ -24,6 +24,8 @@ import (
 // permits left if it has one) and decide again, at most maxVictimAttempts
 // times. When the key to evict is limited, the key that needs room is
 // reported KeysFull: the decision is denied (Take) or refused (Charge).
+// A Take or Peek of more than a key's capacity is reported
+// ExceedsCapacity instead, as an acquisition is.
 
 // cell is one key of a keyed limiter in a joint decision.
 type cell struct {
@@ -274,9 +276,15 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, set
 		}
 		// A key that cannot get room now denies the decision (or refuses
 		// the charge), and none is evicted for it: check them all first.
+		// A Take above a key's capacity is told so, as an acquisition
+		// is, rather than that its key has no room: room would not make
+		// it fit.
 		blocked := false
 		for _, j := range homeless {
 			c := &parts[j].cell
+			if mode == limiter.Take && fit[j].ExceedsCapacity {
+				continue
+			}
 			if full, wait := c.ks.atBound(now); full {
 				c.wait = wait
 				fit[j] = c.atBoundCheck()
@@ -311,7 +319,9 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, set
 			found = limiter.DecideBuckets(now, bs, totals, limiter.Peek)
 			unlockAll()
 			for _, j := range full {
-				found[j] = parts[j].cell.atBoundCheck()
+				if !found[j].ExceedsCapacity {
+					found[j] = parts[j].cell.atBoundCheck()
+				}
 			}
 			return found, false
 		}

@@ -38,7 +38,8 @@
 -- when the decision records permits for it, made as memory.Keys makes it
 -- in a joint decision: a Take decides first whether it is allowed, and no
 -- key is evicted for one that is denied; a key whose table cannot make
--- room now is reported keys_full, and nothing is recorded then.
+-- room now is reported keys_full, and nothing is recorded then; a take
+-- or peek of more than its capacity is reported exceeds_capacity instead.
 --
 -- Reply: {0, j} when limiter j is not defined, {-4, j} when part j names a
 -- key of a plain limiter or none of a keyed one, otherwise 1 followed by
@@ -547,7 +548,7 @@ local function decide(KEYS, ARGV, run)
       -- What a Take would be told of each key that cannot get room.
       for j = 1, count do
         local p = ps[j]
-        if p.idx and not p.old and redis.call('ZCARD', p.idx) >= p.max then
+        if p.idx and not p.old and cs[j].exceeds == 0 and redis.call('ZCARD', p.idx) >= p.max then
           local wait = victim_wait(p)
           if wait then
             full(cs[j], wait)
@@ -568,12 +569,16 @@ local function decide(KEYS, ARGV, run)
     end
     -- A key that cannot get room now denies the decision (or refuses the
     -- charge), and none is evicted for it: check them all first.
+    -- A Take above a key's capacity is told so, as an acquisition is,
+    -- rather than that its key has no room: room would not make it fit.
     local blocked = false
     for _, j in ipairs(hs) do
-      local wait = victim_wait(ps[j])
-      if wait then
-        full(cs[j], wait)
-        blocked = true
+      if not (mode == 'take' and cs[j].exceeds == 1) then
+        local wait = victim_wait(ps[j])
+        if wait then
+          full(cs[j], wait)
+          blocked = true
+        end
       end
     end
     if blocked or mode == 'take' and not all then
