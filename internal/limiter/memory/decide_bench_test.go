@@ -84,3 +84,60 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecideChurn measures keyed decisions when nearly every key is
+// new: three keyed limiters of one group, 1,000 keys each, asked about
+// 100,000 keys in turn, so that each decision evicts a key from each
+// table (the most permits left first) to make room; 25 goroutines per
+// core, as a proxy's or Envoy's many connections would ask. A single
+// key's acquisition beside a decision on one key of each limiter, for
+// each algorithm (the sliding log at a limit of 1,000 a second, so that
+// its logs hold entries):
+//
+//	go test -run '^$' -bench DecideChurn ./internal/limiter/memory
+func BenchmarkDecideChurn(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
+		s := memory.New(nil, 0)
+		p := limiter.Policy{Limit: limiter.MaxLimit, Period: time.Second, Algorithm: alg}
+		if alg == limiter.SlidingLog {
+			p = limiter.Policy{Limit: 1000, Period: time.Second, Algorithm: alg}
+		}
+		for _, n := range []string{"a", "b", "c"} {
+			if _, err := s.Put(ctx, limiter.Definition{Name: n, Policy: p, Group: "g", Keyed: true, MaxKeys: 1000}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		keys := make([]string, 100_000)
+		for i := range keys {
+			keys[i] = fmt.Sprint(i)
+		}
+		b.Run(fmt.Sprintf("%v/acquire-key", alg), func(b *testing.B) {
+			var next atomic.Int64
+			b.SetParallelism(25)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					k := keys[next.Add(1)%int64(len(keys))]
+					if _, err := s.AcquireKey(ctx, "a", k, 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("%v/decide-3", alg), func(b *testing.B) {
+			var next atomic.Int64
+			b.SetParallelism(25)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					k := keys[next.Add(1)%int64(len(keys))]
+					items := []limiter.Item{{Name: "a", Key: k, Permits: 1}, {Name: "b", Key: k, Permits: 1}, {Name: "c", Key: k, Permits: 1}}
+					if _, err := s.Decide(ctx, items, limiter.Take, ""); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
