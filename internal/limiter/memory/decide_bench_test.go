@@ -112,32 +112,30 @@ func BenchmarkDecideChurn(b *testing.B) {
 		for i := range keys {
 			keys[i] = fmt.Sprint(i)
 		}
-		b.Run(fmt.Sprintf("%v/acquire-key", alg), func(b *testing.B) {
-			var next atomic.Int64
-			b.SetParallelism(25)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					k := keys[next.Add(1)%int64(len(keys))]
-					if _, err := s.AcquireKey(ctx, "a", k, 1); err != nil {
-						b.Error(err)
-						return
+		calls := []struct {
+			name string
+			call func(key string) error
+		}{
+			{"acquire-key", func(k string) error { _, err := s.AcquireKey(ctx, "a", k, 1); return err }},
+			{"decide-3", func(k string) error {
+				items := []limiter.Item{{Name: "a", Key: k, Permits: 1}, {Name: "b", Key: k, Permits: 1}, {Name: "c", Key: k, Permits: 1}}
+				_, err := s.Decide(ctx, items, limiter.Take, "")
+				return err
+			}},
+		}
+		for _, cl := range calls {
+			b.Run(fmt.Sprintf("%v/%s", alg, cl.name), func(b *testing.B) {
+				var next atomic.Int64
+				b.SetParallelism(25)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := cl.call(keys[next.Add(1)%int64(len(keys))]); err != nil {
+							b.Error(err)
+							return
+						}
 					}
-				}
+				})
 			})
-		})
-		b.Run(fmt.Sprintf("%v/decide-3", alg), func(b *testing.B) {
-			var next atomic.Int64
-			b.SetParallelism(25)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					k := keys[next.Add(1)%int64(len(keys))]
-					items := []limiter.Item{{Name: "a", Key: k, Permits: 1}, {Name: "b", Key: k, Permits: 1}, {Name: "c", Key: k, Permits: 1}}
-					if _, err := s.Decide(ctx, items, limiter.Take, ""); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
+		}
 	}
 }
