@@ -251,7 +251,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 		for _, op := range byMethod {
 			m := routeMethod(op.method)
 			if op.route == anyMethodPath {
-				m = http.MethodGet // the route of every method (see ServeHTTP)
+				m = http.MethodGet // the spec's; ServeHTTP serves every method
 			}
 			if !r.Match(chi.NewRouteContext(), m, op.example) {
 				return nil, fmt.Errorf("httpapi: operation %s (%s %s) is not routed", op.id, op.method, op.route)

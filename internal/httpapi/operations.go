@@ -59,9 +59,9 @@ var fastOperations = map[string]fastKind{
 	"refund":             fastDecide,
 }
 
-// anyMethodPath is the path served whatever the method, as the forwardAuth
-// operation's GET: by serveForwardAuth, before the router, and routed so
-// (see anyMethod).
+// anyMethodPath is the path of the forwardAuth operation, a GET in the
+// spec, which serveForwardAuth serves whatever the method, before the
+// router (see ServeHTTP).
 const anyMethodPath = "/v1/forward-auth"
 
 // untraced operations get no server span: probes would drown the traces.
