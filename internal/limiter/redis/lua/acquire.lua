@@ -47,7 +47,7 @@ local function gcra_acquire(g, key, now)
   if taken then
     -- The bucket is full again at the new TAT: the key expires then.
     local ra, rn = gcra_duration(g, ba, bb)
-    redis.call('SET', key, fmt(now + ba) .. ' ' .. fmt(bb), 'PXAT', fmt(expiry_ms(now + ra, rn)))
+    redis.call('SET', key, gcra_state(now + ba, bb), 'PXAT', fmt(expiry_ms(now + ra, rn)))
   end
   return r
 end

@@ -109,7 +109,7 @@ local function gcra_adjust(g, key, now, n, mode)
   if aa == 0 and ab == 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, fmt(now + aa) .. ' ' .. fmt(ab), 'PXAT', fmt(expiry_ms(now + ra, rn)))
+    redis.call('SET', key, gcra_state(now + aa, ab), 'PXAT', fmt(expiry_ms(now + ra, rn)))
   end
   return gcra_remaining(g, aa, ab), ra, rn
 end
@@ -156,18 +156,321 @@ local function log_adjust(w, key, now, n, mode)
   return log_remaining(w, used), ra, rn
 end
 
+-- A decision's functions below share its context x rather than close over
+-- it: a run makes up to maxGroup decisions, and functions made anew for
+-- each one would cost more than the work of a hot key's decision. x holds
+--   KEYS, ARGV  the decision's own, as the header says
+--   count       its parts
+--   ps          the parts: each one's definition d, policy (g for GCRA, w
+--               for the sliding log), state key st, permits n, key, and,
+--               for a key of a keyed limiter, its table (idx, exp, max,
+--               base) and its index member old (see locate)
+--   now         the run's instant
+--   mode        ARGV[2]
+--   held        what a reservation being settled holds, by name and key
+--   modes, ns   for a charge, refund or settlement: each part's own mode
+--               ('charge', 'refund' or 'none') and permits
+--   after       the fields that follow a reply without being recorded
+--               with it: next_us and next_ns of each part (see reply)
+-- A table made with all its fields is made at once; one given them one by
+-- one grows several times. So the parts and checks below are made whole,
+-- with false for what they do not hold yet.
+
+-- remember records reply r under the idempotency key, if there is one,
+-- and returns it followed by x.after.
+local function remember(x, r)
+  local count, ARGV = x.count, x.ARGV
+  local fingerprint = ARGV[3 + count]
+  if fingerprint ~= '' then
+    local fs = {}
+    for i = 1, #r do
+      fs[i] = fmt(r[i])
+    end
+    redis.call('SET', x.KEYS[2 * count + 1], fingerprint .. '\n' .. table.concat(fs, ' '), 'PX', ARGV[4 + count])
+  end
+  local after = x.after
+  for i = 1, #after do
+    r[#r + 1] = after[i]
+  end
+  return r
+end
+
+-- locate reads each key: p.old is its index member, false when its table
+-- does not hold it (a full bucket is forgotten here), and its state, for
+-- judge, is p.ba and p.bb (GCRA) or p.log (sliding log).
+local function locate(x)
+  local now = x.now
+  for j = 1, x.count do
+    local p = x.ps[j]
+    if p.idx then
+      if p.g then
+        local old
+        p.ba, p.bb, old = key_gcra_read(p.st, p.idx, p.key, now)
+        p.old = old or false
+      else
+        p.log = key_log_read(p.w, p.st, p.idx, p.exp, p.key, now)
+        p.old = p.log.old or false
+      end
+    end
+  end
+end
+
+-- records reports whether part j records permits.
+local function records(x, j)
+  return x.mode == 'take' or x.modes[j] == 'charge'
+end
+
+-- homeless returns the parts among those that record permits whose key
+-- needs room and would not get it from the room left in its table:
+-- newcomers take that room in part order.
+local function homeless(x)
+  local free, out
+  for j = 1, x.count do
+    local p = x.ps[j]
+    if p.idx and not p.old and records(x, j) then
+      free = free or {}
+      if free[p.idx] == nil then
+        free[p.idx] = p.max - redis.call('ZCARD', p.idx)
+      end
+      if free[p.idx] > 0 then
+        free[p.idx] = free[p.idx] - 1
+      else
+        out = out or {}
+        out[#out + 1] = j
+      end
+    end
+  end
+  return out
+end
+
+-- victim_wait returns nil when the key p's table would evict first has a
+-- permit left, otherwise how long until it has one, {µs, ns}: {0, 0} when
+-- the table holds no key to evict.
+local function victim_wait(p, now)
+  if redis.call('ZCARD', p.idx) == 0 then
+    return {0, 0}
+  end
+  if p.g then
+    return gcra_room(p.g, p.idx, p.base, now, 0, false)
+  end
+  return log_room(p.w, p.idx, p.exp, p.base, now, 0, false)
+end
+
+-- full marks check c of a key that cannot be given room before wait.
+local function full(c, wait)
+  c.fits, c.rem, c.retry_us, c.retry_ns, c.exceeds, c.keys_full = 0, 0, wait[1], wait[2], 0, 1
+  c.reset = wait
+end
+
+-- judge reads and judges every part at now (a key as locate read it); a
+-- part's check c holds what a grant needs.
+local function judge(x)
+  local cs, all, now = {}, true, x.now
+  for j = 1, x.count do
+    local p = x.ps[j]
+    local n = p.n
+    local c = {
+      n = n, fits = 0, rem = 0, limit = 0, retry_us = 0, retry_ns = 0, exceeds = 0, keys_full = 0,
+      reset = false, ba = 0, bb = 0, aa = 0, ab = 0,
+      last_at = false, member = false, base = 0, size = false, last_total = 0, used = 0, old = false,
+    }
+    if p.g then
+      local g = p.g
+      if p.idx then
+        c.ba, c.bb = p.ba, p.bb
+      else
+        c.ba, c.bb = gcra_backlog(p.st, now)
+      end
+      c.rem = gcra_remaining(g, c.ba, c.bb)
+      c.limit = g.limit
+      if n > g.burst then
+        c.exceeds = 1
+      else
+        local aa, ab, wa, wn = gcra_fit(g, c.ba, c.bb, n)
+        if wa then
+          c.retry_us, c.retry_ns = wa, wn
+        else
+          c.fits, c.aa, c.ab = 1, aa, ab
+        end
+      end
+    else
+      local w = p.w
+      if p.idx then
+        local k = p.log
+        c.last_at, c.member, c.base, c.size, c.last_total = k.last_at, k.member, k.base, k.size, k.last_total
+      else
+        local l = log_read(p.st, w, now)
+        c.last_at = l.at
+        c.member, c.base, c.size, c.last_total = log_forget(p.st, l)
+      end
+      c.used = c.last_total - c.base
+      c.old = p.old
+      c.rem = log_remaining(w, c.used)
+      c.limit = w.limit
+      if n > w.limit then
+        c.exceeds = 1
+      elseif c.used + n > w.limit then
+        local e = redis.call('ZRANGEBYSCORE', p.st, fmt(c.base + c.used + n - w.limit), '+inf', 'LIMIT', 0, 1)
+        c.retry_us, c.retry_ns = log_until(w, tonumber(e[1]), now)
+      else
+        c.fits = 1
+      end
+    end
+    all = all and c.fits == 1
+    cs[j] = c
+  end
+  return cs, all
+end
+
+-- reply writes the parts' checks, after recording every grant when
+-- granted (with the reservation when there is one).
+local function reply(x, cs, granted)
+  local count, ARGV, now, mode = x.count, x.ARGV, x.now, x.mode
+  local rsv_ttl = ARGV[5 + count]
+  if granted and rsv_ttl ~= '' then
+    local rec = {}
+    for j = 1, count do
+      rec[j] = ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j] .. '\31' .. ARGV[2 + j]
+    end
+    redis.call('SET', x.KEYS[2 * count + 2], table.concat(rec, '\30'), 'PX', rsv_ttl)
+  end
+  local r, after = {1}, x.after
+  for j = 1, count do
+    local p, c = x.ps[j], cs[j]
+    local rem, ra, rn = c.rem, 0, 0
+    if c.reset then
+      ra, rn = c.reset[1], c.reset[2]
+    elseif p.g then
+      if granted then
+        ra, rn = gcra_duration(p.g, c.aa, c.ab)
+        if p.idx then
+          key_gcra_write(p.st, p.idx, p.key, now, c.aa, c.ab, ra, rn, p.old)
+        else
+          redis.call('SET', p.st, gcra_state(now + c.aa, c.ab), 'PXAT', fmt(expiry_ms(now + ra, rn)))
+        end
+        rem = rem - c.n
+      else
+        ra, rn = gcra_duration(p.g, c.ba, c.bb)
+      end
+    else
+      if granted then
+        if p.idx then
+          key_log_write(p.w, p.st, p.idx, p.exp, p.key, now, c.n, c)
+        else
+          local _
+          _, c.member, c.last_at = log_take(p.st, p.w, c.n, now, c.base, c.member, c.last_at, c.last_total, c.size)
+          redis.call('PEXPIREAT', p.st, fmt(expiry_ms(c.last_at + p.w.pw, p.w.pr)))
+        end
+        rem = rem - c.n
+      end
+      if c.member then
+        ra, rn = log_until(p.w, c.last_at, now)
+      end
+    end
+    local k = #r
+    r[k + 1], r[k + 2], r[k + 3], r[k + 4], r[k + 5] = c.fits, rem, c.limit, c.retry_us, c.retry_ns
+    r[k + 6], r[k + 7], r[k + 8], r[k + 9] = ra, rn, c.exceeds, c.keys_full
+    if (mode == 'take' or mode == 'peek') and rsv_ttl == '' then
+      local na, nn = -1, 0
+      if c.keys_full == 1 then
+        -- The key's own state is not what denies it.
+      elseif p.g then
+        if rem < p.g.burst then
+          local xa, xb = c.ba, c.bb
+          if granted then
+            xa, xb = c.aa, c.ab
+          end
+          local _, _, wa, wn = gcra_fit(p.g, xa, xb, rem + 1)
+          if wa then
+            na, nn = wa, wn
+          end
+        end
+      elseif rem == 0 then
+        -- No permit fits before the oldest grant in the window leaves
+        -- it (rank 0 is the base), perhaps not even then.
+        local e = redis.call('ZRANGE', p.st, 1, 1)
+        if e[1] then
+          na, nn = log_until(p.w, tonumber(e[1]), now)
+        end
+      end
+      after[#after + 1], after[#after + 2] = na, nn
+    end
+  end
+  if granted and rsv_ttl ~= '' then
+    -- The reservation's ID, as four 32-bit numbers, so that a replay of
+    -- this answer names the same reservation.
+    for i = 1, 4 do
+      r[#r + 1] = tonumber(ARGV[5 + 3 * count + i])
+    end
+  end
+  return r
+end
+
+-- index_after records where key part p stands in its table's index after
+-- a charge or refund: its new member, or none when its bucket is full.
+local function index_after(p, now)
+  if p.g then
+    if p.old then
+      redis.call('ZREM', p.idx, p.old)
+    end
+    local v = redis.call('GET', p.st)
+    if v then
+      local sp = string.find(v, ' ', 1, true)
+      redis.call('ZADD', p.idx, fmt(-tonumber(string.sub(v, 1, sp - 1))), gcra_member(tonumber(string.sub(v, sp + 1)), p.key))
+      extend(p.idx, redis.call('PEXPIRETIME', p.st))
+    end
+    return
+  end
+  if p.old then
+    redis.call('ZREM', p.idx, p.old)
+    redis.call('ZREM', p.exp, p.old)
+  end
+  local l = log_read(p.st, p.w, now)
+  if l.member and l.total > l.base then
+    local m = log_member(l.at, p.key)
+    redis.call('ZADD', p.idx, fmt(-(l.total - l.base)), m)
+    redis.call('ZADD', p.exp, fmt(l.at + p.w.pu), m)
+    local e = redis.call('PEXPIRETIME', p.st)
+    extend(p.idx, e)
+    extend(p.exp, e)
+  end
+end
+
+-- adjust charges, refunds or reads each part as x.modes[j] says, by
+-- x.ns[j] permits, every one of them unconditionally.
+local function adjust(x)
+  local r, now, modes, ns = {1}, x.now, x.modes, x.ns
+  for j = 1, x.count do
+    local p = x.ps[j]
+    local rem, ra, rn, limit
+    if p.g then
+      rem, ra, rn = gcra_adjust(p.g, p.st, now, ns[j], modes[j])
+      limit = p.g.limit
+    else
+      rem, ra, rn = log_adjust(p.w, p.st, now, ns[j], modes[j])
+      limit = p.w.limit
+    end
+    if p.idx and modes[j] ~= 'none' then
+      index_after(p, now)
+    end
+    local k = #r
+    r[k + 1], r[k + 2], r[k + 3], r[k + 4], r[k + 5] = 1, rem, limit, 0, 0
+    r[k + 6], r[k + 7], r[k + 8], r[k + 9] = ra, rn, 0, 0
+  end
+  return r
+end
+
 -- decide makes one decision: KEYS and ARGV are its own, as the header
 -- says, and run what the decisions of one run of the script share: the
 -- instant now (taken once, so that every decision of a run is made at
 -- the same time, as the keys' expiry is), the definitions read (run.defs,
--- by key), the tables trimmed (run.trimmed) and how many members a trim
--- removes at most (run.trim).
+-- by key, each with its policy once read), the tables trimmed
+-- (run.trimmed) and how many members a trim removes at most (run.trim).
 local function decide(KEYS, ARGV, run)
   local count = (#KEYS - 2) / 2
-  local once, rsv = KEYS[2 * count + 1], KEYS[2 * count + 2]
-  local fingerprint, rsv_ttl = ARGV[3 + count], ARGV[5 + count]
+  local fingerprint = ARGV[3 + count]
   if fingerprint ~= '' then
-    local rec = redis.call('GET', once)
+    local rec = redis.call('GET', KEYS[2 * count + 1])
     if rec then
       local nl = string.find(rec, '\n', 1, true)
       if string.sub(rec, 1, nl - 1) ~= fingerprint then
@@ -182,33 +485,14 @@ local function decide(KEYS, ARGV, run)
     end
   end
 
-  -- after holds the fields that follow a reply without being recorded with
-  -- it: next_us and next_ns of each part (see reply).
-  local after = {}
-
-  -- remember records reply r under the idempotency key, if there is one,
-  -- and returns it followed by after.
-  local function remember(r)
-    if fingerprint ~= '' then
-      local fs = {}
-      for i = 1, #r do
-        fs[i] = fmt(r[i])
-      end
-      redis.call('SET', once, fingerprint .. '\n' .. table.concat(fs, ' '), 'PX', ARGV[4 + count])
-    end
-    for i = 1, #after do
-      r[#r + 1] = after[i]
-    end
-    return r
-  end
-
   local mode = ARGV[2]
-  local held = {}
+  local held
   if mode == 'settle' then
-    local rec = redis.call('GET', rsv)
+    local rec = redis.call('GET', KEYS[2 * count + 2])
     if not rec then
       return {-2}
     end
+    held = {}
     if string.find(rec, '\31', 1, true) then
       for name, key, n in string.gmatch(rec, '([^\30\31]+)\31([^\30\31]*)\31(%d+)') do
         held[name .. '\31' .. key] = tonumber(n)
@@ -243,12 +527,19 @@ local function decide(KEYS, ARGV, run)
     if (d[13] ~= false) ~= (key ~= '') then
       return {-4, j}
     end
-    local p = {d = d, key = key, st = KEYS[2 * j], n = tonumber(ARGV[2 + j])}
+    -- The policy is read once a run, with the definition.
+    local g, w = false, false
     if d[1] == 'gcra' then
-      p.g = gcra_def(d)
+      d.g = d.g or gcra_def(d)
+      g = d.g
     else
-      p.w = log_def(d)
+      d.w = d.w or log_def(d)
+      w = d.w
     end
+    local p = {
+      d = d, g = g, w = w, key = key, st = KEYS[2 * j], n = tonumber(ARGV[2 + j]),
+      base = false, idx = false, exp = false, max = false, old = false, ba = 0, bb = 0, log = false,
+    }
     if key ~= '' then
       local t = string.sub(def, 1, #def - 3)
       p.base = key_base(def, d[14])
@@ -269,256 +560,12 @@ local function decide(KEYS, ARGV, run)
     end
   end
 
-  -- locate reads each key: p.old is its index member, nil when its table
-  -- does not hold it (a full bucket is forgotten here), and its state, for
-  -- judge, is p.ba and p.bb (GCRA) or p.log (sliding log).
-  local function locate()
-    for j = 1, count do
-      local p = ps[j]
-      if p.idx then
-        if p.g then
-          p.ba, p.bb, p.old = key_gcra_read(p.st, p.idx, p.key, now)
-        else
-          p.log = key_log_read(p.w, p.st, p.idx, p.exp, p.key, now)
-          p.old = p.log.old
-        end
-      end
-    end
-  end
-
-  -- homeless returns the parts among those that records says record
-  -- permits whose key needs room and would not get it from the room left in
-  -- its table: newcomers take that room in part order.
-  local function homeless(records)
-    local free, out = {}, {}
-    for j = 1, count do
-      local p = ps[j]
-      if p.idx and not p.old and records(j) then
-        if free[p.idx] == nil then
-          free[p.idx] = p.max - redis.call('ZCARD', p.idx)
-        end
-        if free[p.idx] > 0 then
-          free[p.idx] = free[p.idx] - 1
-        else
-          out[#out + 1] = j
-        end
-      end
-    end
-    return out
-  end
-
-  -- victim_wait returns nil when the key p's table would evict first has a
-  -- permit left, otherwise how long until it has one, {µs, ns}: {0, 0} when
-  -- the table holds no key to evict.
-  local function victim_wait(p)
-    if redis.call('ZCARD', p.idx) == 0 then
-      return {0, 0}
-    end
-    if p.g then
-      return gcra_room(p.g, p.idx, p.base, now, 0, false)
-    end
-    return log_room(p.w, p.idx, p.exp, p.base, now, 0, false)
-  end
-
-  -- full marks check c of a key that cannot be given room before wait.
-  local function full(c, wait)
-    c.fits, c.rem, c.retry_us, c.retry_ns, c.exceeds, c.keys_full = 0, 0, wait[1], wait[2], 0, 1
-    c.reset = wait
-  end
-
-  -- judge reads and judges every part at now (a key as locate read it);
-  -- c holds what a grant needs.
-  local function judge()
-    local cs, all = {}, true
-    for j = 1, count do
-      local p, n = ps[j], ps[j].n
-      local c = {n = n, retry_us = 0, retry_ns = 0, exceeds = 0, fits = 0, keys_full = 0}
-      if p.g then
-        local g = p.g
-        if p.idx then
-          c.ba, c.bb = p.ba, p.bb
-        else
-          c.ba, c.bb = gcra_backlog(p.st, now)
-        end
-        c.rem = gcra_remaining(g, c.ba, c.bb)
-        c.limit = g.limit
-        if n > g.burst then
-          c.exceeds = 1
-        else
-          local aa, ab, wa, wn = gcra_fit(g, c.ba, c.bb, n)
-          if wa then
-            c.retry_us, c.retry_ns = wa, wn
-          else
-            c.fits, c.aa, c.ab = 1, aa, ab
-          end
-        end
-      else
-        local w = p.w
-        if p.idx then
-          local k = p.log
-          c.last_at, c.member, c.base, c.size, c.last_total = k.last_at, k.member, k.base, k.size, k.last_total
-        else
-          local l = log_read(p.st, w, now)
-          c.last_at = l.at
-          c.member, c.base, c.size, c.last_total = log_forget(p.st, l)
-        end
-        c.used = c.last_total - c.base
-        c.old = p.old
-        c.rem = log_remaining(w, c.used)
-        c.limit = w.limit
-        if n > w.limit then
-          c.exceeds = 1
-        elseif c.used + n > w.limit then
-          local e = redis.call('ZRANGEBYSCORE', p.st, fmt(c.base + c.used + n - w.limit), '+inf', 'LIMIT', 0, 1)
-          c.retry_us, c.retry_ns = log_until(w, tonumber(e[1]), now)
-        else
-          c.fits = 1
-        end
-      end
-      all = all and c.fits == 1
-      cs[j] = c
-    end
-    return cs, all
-  end
-
-  -- reply writes the parts' checks, after recording every grant when
-  -- granted (with the reservation when there is one).
-  local function reply(cs, granted)
-    if granted and rsv_ttl ~= '' then
-      local rec = {}
-      for j = 1, count do
-        rec[j] = ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j] .. '\31' .. ARGV[2 + j]
-      end
-      redis.call('SET', rsv, table.concat(rec, '\30'), 'PX', rsv_ttl)
-    end
-    local r = {1}
-    for j = 1, count do
-      local p, c = ps[j], cs[j]
-      local rem, ra, rn = c.rem, 0, 0
-      if c.reset then
-        ra, rn = c.reset[1], c.reset[2]
-      elseif p.g then
-        if granted then
-          ra, rn = gcra_duration(p.g, c.aa, c.ab)
-          if p.idx then
-            key_gcra_write(p.st, p.idx, p.key, now, c.aa, c.ab, ra, rn, p.old)
-          else
-            redis.call('SET', p.st, fmt(now + c.aa) .. ' ' .. fmt(c.ab), 'PXAT', fmt(expiry_ms(now + ra, rn)))
-          end
-          rem = rem - c.n
-        else
-          ra, rn = gcra_duration(p.g, c.ba, c.bb)
-        end
-      else
-        if granted then
-          if p.idx then
-            key_log_write(p.w, p.st, p.idx, p.exp, p.key, now, c.n, c)
-          else
-            local _
-            _, c.member, c.last_at = log_take(p.st, p.w, c.n, now, c.base, c.member, c.last_at, c.last_total, c.size)
-            redis.call('PEXPIREAT', p.st, fmt(expiry_ms(c.last_at + p.w.pw, p.w.pr)))
-          end
-          rem = rem - c.n
-        end
-        if c.member then
-          ra, rn = log_until(p.w, c.last_at, now)
-        end
-      end
-      local k = #r
-      r[k + 1], r[k + 2], r[k + 3], r[k + 4], r[k + 5] = c.fits, rem, c.limit, c.retry_us, c.retry_ns
-      r[k + 6], r[k + 7], r[k + 8], r[k + 9] = ra, rn, c.exceeds, c.keys_full
-      if (mode == 'take' or mode == 'peek') and rsv_ttl == '' then
-        local na, nn = -1, 0
-        if c.keys_full == 1 then
-          -- The key's own state is not what denies it.
-        elseif p.g then
-          if rem < p.g.burst then
-            local xa, xb = c.ba, c.bb
-            if granted then
-              xa, xb = c.aa, c.ab
-            end
-            local _, _, wa, wn = gcra_fit(p.g, xa, xb, rem + 1)
-            if wa then
-              na, nn = wa, wn
-            end
-          end
-        elseif rem == 0 then
-          -- No permit fits before the oldest grant in the window leaves
-          -- it (rank 0 is the base), perhaps not even then.
-          local e = redis.call('ZRANGE', p.st, 1, 1)
-          if e[1] then
-            na, nn = log_until(p.w, tonumber(e[1]), now)
-          end
-        end
-        after[#after + 1], after[#after + 2] = na, nn
-      end
-    end
-    if granted and rsv_ttl ~= '' then
-      -- The reservation's ID, as four 32-bit numbers, so that a replay of
-      -- this answer names the same reservation.
-      for i = 1, 4 do
-        r[#r + 1] = tonumber(ARGV[5 + 3 * count + i])
-      end
-    end
-    return r
-  end
-
-  -- index_after records where key part p stands in its table's index after
-  -- a charge or refund: its new member, or none when its bucket is full.
-  local function index_after(p)
-    if p.g then
-      if p.old then
-        redis.call('ZREM', p.idx, p.old)
-      end
-      local v = redis.call('GET', p.st)
-      if v then
-        local sp = string.find(v, ' ', 1, true)
-        redis.call('ZADD', p.idx, fmt(-tonumber(string.sub(v, 1, sp - 1))), gcra_member(tonumber(string.sub(v, sp + 1)), p.key))
-        extend(p.idx, redis.call('PEXPIRETIME', p.st))
-      end
-      return
-    end
-    if p.old then
-      redis.call('ZREM', p.idx, p.old)
-      redis.call('ZREM', p.exp, p.old)
-    end
-    local l = log_read(p.st, p.w, now)
-    if l.member and l.total > l.base then
-      local m = log_member(l.at, p.key)
-      redis.call('ZADD', p.idx, fmt(-(l.total - l.base)), m)
-      redis.call('ZADD', p.exp, fmt(l.at + p.w.pu), m)
-      local e = redis.call('PEXPIRETIME', p.st)
-      extend(p.idx, e)
-      extend(p.exp, e)
-    end
-  end
-
-  -- adjust charges, refunds or reads each part as modes[j] says, by ns[j]
-  -- permits, every one of them unconditionally.
-  local function adjust(modes, ns)
-    local r = {1}
-    for j = 1, count do
-      local p = ps[j]
-      local rem, ra, rn, limit
-      if p.g then
-        rem, ra, rn = gcra_adjust(p.g, p.st, now, ns[j], modes[j])
-        limit = p.g.limit
-      else
-        rem, ra, rn = log_adjust(p.w, p.st, now, ns[j], modes[j])
-        limit = p.w.limit
-      end
-      if p.idx and modes[j] ~= 'none' then
-        index_after(p)
-      end
-      local k = #r
-      r[k + 1], r[k + 2], r[k + 3], r[k + 4], r[k + 5] = 1, rem, limit, 0, 0
-      r[k + 6], r[k + 7], r[k + 8], r[k + 9] = ra, rn, 0, 0
-    end
-    return r
-  end
-
-  local modes, ns = {}, {}
+  local x = {
+    KEYS = KEYS, ARGV = ARGV, count = count, ps = ps, now = now, mode = mode, held = held,
+    modes = false, ns = false, after = {},
+  }
   if mode == 'charge' or mode == 'refund' or mode == 'settle' then
+    local modes, ns = {}, {}
     for j = 1, count do
       local n = ps[j].n
       if mode == 'settle' then
@@ -534,38 +581,36 @@ local function decide(KEYS, ARGV, run)
         modes[j], ns[j] = mode, n
       end
     end
-  end
-  local function records(j)
-    return mode == 'take' or modes[j] == 'charge'
+    x.modes, x.ns = modes, ns
   end
 
   -- Each round evicts at most one key: a key of this decision may be the
   -- one evicted, and needs room in turn.
   for _ = 0, 2 * count do
-    locate()
-    local cs, all = judge()
+    locate(x)
+    local cs, all = judge(x)
     if mode == 'peek' then
       -- What a Take would be told of each key that cannot get room.
       for j = 1, count do
         local p = ps[j]
         if p.idx and not p.old and cs[j].exceeds == 0 and redis.call('ZCARD', p.idx) >= p.max then
-          local wait = victim_wait(p)
+          local wait = victim_wait(p, now)
           if wait then
             full(cs[j], wait)
           end
         end
       end
-      return remember(reply(cs, false))
+      return remember(x, reply(x, cs, false))
     end
-    local hs = homeless(records)
-    if #hs == 0 then
+    local hs = homeless(x)
+    if not hs then
       if mode == 'take' then
-        return remember(reply(cs, all))
+        return remember(x, reply(x, cs, all))
       end
       if mode == 'settle' then
-        redis.call('DEL', rsv)
+        redis.call('DEL', KEYS[2 * count + 2])
       end
-      return remember(adjust(modes, ns))
+      return remember(x, adjust(x))
     end
     -- A key that cannot get room now denies the decision (or refuses the
     -- charge), and none is evicted for it: check them all first.
@@ -574,7 +619,7 @@ local function decide(KEYS, ARGV, run)
     local blocked = false
     for _, j in ipairs(hs) do
       if not (mode == 'take' and cs[j].exceeds == 1) then
-        local wait = victim_wait(ps[j])
+        local wait = victim_wait(ps[j], now)
         if wait then
           full(cs[j], wait)
           blocked = true
@@ -592,7 +637,7 @@ local function decide(KEYS, ARGV, run)
           end
         end
       end
-      return remember(reply(cs, false))
+      return remember(x, reply(x, cs, false))
     end
     local p = ps[hs[1]]
     if p.g then

@@ -34,7 +34,7 @@ local function key_gcra_lowest(idx, base, k, now)
       end
       local key = string.sub(m, 13)
       local st = redis.call('GET', base .. key)
-      if st == fmt(tat_us) .. ' ' .. fmt(tat_r) then
+      if st == gcra_state(tat_us, tat_r) then
         out[#out + 1] = key
         out[#out + 1] = tat_us
         out[#out + 1] = tat_r

@@ -6,12 +6,18 @@
 -- algorithms is an integer; none is ever rounded.
 --
 -- Numbers are passed to redis.call as strings written by fmt: Redis would
--- write a Lua number with "%.14g" and lose digits.
+-- write a Lua number with "%.14g" and lose digits. Lua's '%d' converts its
+-- number to a C long, which is exact for every integer below 2^53 where
+-- longs have 64 bits, and takes a fraction of the time of '%.0f'; where
+-- they have fewer, INT falls back to '%.0f', which is exact too.
 
 local fmod, floor = math.fmod, math.floor
 
+local INT = string.format('%d', 2 ^ 53) == '9007199254740992' and 'd' or '.0f'
+local INT_FMT = '%' .. INT
+
 local function fmt(x)
-  return string.format('%.0f', x)
+  return string.format(INT_FMT, x)
 end
 
 -- divmod returns a div m and a mod m, for integers 0 <= a < 2^53, m >= 1.
@@ -25,8 +31,14 @@ end
 -- 0 <= n < 2^36 and 0 <= y < m <= 2^40 (n is a permit count, at most
 -- MaxLimit + 1 < 2^30). It is Horner's rule over the three 12-bit digits of
 -- n: each step adds r*4096 < 2^52 and digit*y < 2^52, and keeps the
--- invariant (digits so far)*y = q*m + r.
+-- invariant (digits so far)*y = q*m + r. A product below 2^53 is exact in
+-- a double, and rounding never takes one at or above 2^53 below it, so
+-- such a product (most policies' costs) is divided at once.
 local function muldivmod(n, y, m)
+  local p = n * y
+  if p < 9007199254740992 then
+    return divmod(p, m)
+  end
   local d0 = fmod(n, 4096)
   n = (n - d0) / 4096
   local d1 = fmod(n, 4096)
@@ -77,6 +89,12 @@ end
 -- The state is the theoretical arrival time "tat_us tat_r": the instant
 -- tat_us microseconds plus tat_r units (0 <= tat_r < M) after the epoch.
 ---------------------------------------------------------------------------
+
+-- gcra_state writes the state "tat_us tat_r".
+local STATE_FMT = INT_FMT .. ' ' .. INT_FMT
+local function gcra_state(tat_us, tat_r)
+  return string.format(STATE_FMT, tat_us, tat_r)
+end
 
 local function gcra_def(d)
   return {

@@ -78,12 +78,15 @@ local function table_open()
   return d, ARGV[1], tonumber(ARGV[4]), ''
 end
 
+local GCRA_MEMBER_FMT = '%012' .. INT
+local LOG_MEMBER_FMT = '%016' .. INT
+
 local function gcra_member(tat_r, key)
-  return string.format('%012.0f', R_MAX - tat_r) .. key
+  return string.format(GCRA_MEMBER_FMT, R_MAX - tat_r) .. key
 end
 
 local function log_member(at, key)
-  return string.format('%016.0f', AT_MAX - at) .. key
+  return string.format(LOG_MEMBER_FMT, AT_MAX - at) .. key
 end
 
 -- key_less compares keys byte by byte: Lua compares strings by the
@@ -224,7 +227,7 @@ end
 -- old (nil for a newcomer).
 local function key_gcra_write(st, idx, key, now, aa, ab, ra, rn, old)
   local e = expiry_ms(now + ra, rn)
-  redis.call('SET', st, fmt(now + aa) .. ' ' .. fmt(ab), 'PXAT', fmt(e))
+  redis.call('SET', st, gcra_state(now + aa, ab), 'PXAT', fmt(e))
   if old then
     redis.call('ZREM', idx, old)
   end
