@@ -156,9 +156,9 @@ local function log_adjust(w, key, now, n, mode)
   return log_remaining(w, used), ra, rn
 end
 
--- A decision's functions below share its context x rather than close over
--- it: a run makes up to maxGroup decisions, and functions made anew for
--- each one would cost more than the work of a hot key's decision. x holds
+-- A decision's functions below take its context x as an argument rather
+-- than close over it, so that a run of up to maxGroup decisions does not
+-- make ten closures for each of them. x holds
 --   KEYS, ARGV  the decision's own, as the header says
 --   count       its parts
 --   ps          the parts: each one's definition d, policy (g for GCRA, w
@@ -167,7 +167,6 @@ end
 --               base) and its index member old (see locate)
 --   now         the run's instant
 --   mode        ARGV[2]
---   held        what a reservation being settled holds, by name and key
 --   modes, ns   for a charge, refund or settlement: each part's own mode
 --               ('charge', 'refund' or 'none') and permits
 --   after       the fields that follow a reply without being recorded
@@ -561,7 +560,7 @@ local function decide(KEYS, ARGV, run)
   end
 
   local x = {
-    KEYS = KEYS, ARGV = ARGV, count = count, ps = ps, now = now, mode = mode, held = held,
+    KEYS = KEYS, ARGV = ARGV, count = count, ps = ps, now = now, mode = mode,
     modes = false, ns = false, after = {},
   }
   if mode == 'charge' or mode == 'refund' or mode == 'settle' then
