@@ -168,7 +168,7 @@ func BenchmarkDecide(b *testing.B) {
 					}
 					g++
 				}
-				reportRedisCPU(b, c, cpu)
+				reportRedisCPU(b, c, cpu, b.N, "redis-µs/op")
 			})
 			b.Run(string(alg)+"/parallel/"+cl.name, func(b *testing.B) {
 				var next atomic.Int64
@@ -182,7 +182,7 @@ func BenchmarkDecide(b *testing.B) {
 						}
 					}
 				})
-				reportRedisCPU(b, c, cpu)
+				reportRedisCPU(b, c, cpu, b.N, "redis-µs/op")
 			})
 		}
 	}
@@ -212,12 +212,12 @@ func redisCPU(b *testing.B, c rueidis.Client) time.Duration {
 	return cpu
 }
 
-// reportRedisCPU reports the server's CPU per operation since it used
-// before: the redis-µs/op metric.
-func reportRedisCPU(b *testing.B, c rueidis.Client, before time.Duration) {
+// reportRedisCPU reports the server's CPU since it used before, per op of
+// the n that ran, as the metric unit.
+func reportRedisCPU(b *testing.B, c rueidis.Client, before time.Duration, n int, unit string) {
 	b.Helper()
 	used := redisCPU(b, c) - before
-	b.ReportMetric(float64(used.Microseconds())/float64(b.N), "redis-µs/op")
+	b.ReportMetric(float64(used.Nanoseconds())/1e3/float64(n), unit)
 }
 
 // BenchmarkDecideBatch measures what Redis spends on a decision of one
@@ -228,73 +228,74 @@ func reportRedisCPU(b *testing.B, c rueidis.Client, before time.Duration) {
 // of 10^9 per second, as the harness's gRPC comparison sets, whose GCRA
 // costs exceed 2^53 before they are divided, and, for a plain limiter by
 // GCRA, 3·10^6 per second, whose costs do not. The keyed limiters are
-// asked about one key or about 100,000 in turn. Redis's CPU
-// per decision (redis-µs/decision) is the figure: the time per run mixes
-// it with this process's and the round trip.
+// asked about one key or about 100,000 in turn. Redis's CPU per decision
+// (redis-µs/decision) is the figure: the time per run mixes it with this
+// process's and the round trip.
 func BenchmarkDecideBatch(b *testing.B) {
 	c := newClient(b, redistest.Standalone(b))
 	s := newStore(b, c)
 	ctx := context.Background()
 	const batch = maxGroup - 1
-	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
-		for _, limit := range []int64{3_000_000, 1_000_000_000} {
-			p := limiter.Policy{Limit: limit, Period: time.Second, Algorithm: alg}
-			if alg == limiter.SlidingLog && limit != 1_000_000_000 {
-				continue // the sliding log does no such arithmetic
+	ip := func(k int) string { return fmt.Sprintf("10.%d.%d.%d", k>>16, k>>8&255, k&255) }
+	for _, bc := range []struct {
+		alg   limiter.Algorithm
+		limit int64
+		keyed bool
+		keys  int // keys asked about in turn
+	}{
+		{limiter.GCRA, 3_000_000, false, 0},
+		{limiter.GCRA, 1_000_000_000, false, 0},
+		{limiter.GCRA, 1_000_000_000, true, 1},
+		{limiter.GCRA, 1_000_000_000, true, 100_000},
+		{limiter.SlidingLog, 1_000_000_000, false, 0},
+		{limiter.SlidingLog, 1_000_000_000, true, 1},
+		{limiter.SlidingLog, 1_000_000_000, true, 100_000},
+	} {
+		shape := "plain"
+		if bc.keyed {
+			shape = fmt.Sprintf("keyed-%d-keys", bc.keys)
+		}
+		name := fmt.Sprintf("%s-limit-%d-%s", bc.alg, bc.limit, shape)
+		def := limiter.Definition{Name: name, Policy: limiter.Policy{Limit: bc.limit, Period: time.Second, Algorithm: bc.alg}, Keyed: bc.keyed}
+		if bc.keyed {
+			def.MaxKeys = 200_000
+		}
+		if _, err := s.Put(ctx, def); err != nil {
+			b.Fatal(err)
+		}
+		item := func(i int) limiter.Item {
+			it := limiter.Item{Name: name, Permits: 1}
+			if bc.keyed {
+				it.Key = ip(i % bc.keys)
 			}
-			plain := fmt.Sprintf("plain-%s-%d", alg, limit)
-			put(b, s, plain, p)
-			keyed := fmt.Sprintf("keyed-%s-%d", alg, limit)
-			if _, err := s.Put(ctx, limiter.Definition{Name: keyed, Policy: p, Keyed: true, MaxKeys: 200_000}); err != nil {
+			return it
+		}
+		b.Run(fmt.Sprintf("%s/limit-%d/%s", bc.alg, bc.limit, shape), func(b *testing.B) {
+			// A first decision has the Store learn the limiter's group.
+			if _, err := s.Decide(ctx, []limiter.Item{item(0)}, limiter.Peek, ""); err != nil {
 				b.Fatal(err)
 			}
-			cases := []struct {
-				name string
-				item func(i int) limiter.Item
-			}{
-				{"plain", func(int) limiter.Item { return limiter.Item{Name: plain, Permits: 1} }},
-				{"keyed-1-key", func(int) limiter.Item { return limiter.Item{Name: keyed, Key: "10.0.0.1", Permits: 1} }},
-				{"keyed-100000-keys", func(i int) limiter.Item {
-					k := i % 100_000
-					return limiter.Item{Name: keyed, Key: fmt.Sprintf("10.%d.%d.%d", k>>16, k>>8&255, k&255), Permits: 1}
-				}},
-			}
-			for _, cs := range cases {
-				if limit != 1_000_000_000 && cs.name != "plain" {
-					continue
+			calls := make([]scriptCall, batch)
+			out := make([]scriptReply, batch)
+			i := 0
+			cpu := redisCPU(b, c)
+			for b.Loop() {
+				b.StopTimer()
+				for j := range calls {
+					items := []limiter.Item{item(i)}
+					i++
+					group := s.groupOf(name)
+					_, calls[j] = s.scriptCall(items, group, limiter.Scope(items, []string{group}), call{mode: "take"}, "")
 				}
-				b.Run(fmt.Sprintf("%s/limit-%d/%s", alg, limit, cs.name), func(b *testing.B) {
-					calls := make([]scriptCall, batch)
-					out := make([]scriptReply, batch)
-					i := 0
-					// A first decision has the Store learn the limiter's group.
-					if _, err := s.Decide(ctx, []limiter.Item{cs.item(0)}, limiter.Peek, ""); err != nil {
-						b.Fatal(err)
+				b.StartTimer()
+				s.runDecisions(ctx, "", calls, out)
+				for j, r := range out {
+					if r.err != nil || len(r.v) < 2 || r.v[0] != 1 || r.v[1] != 1 {
+						b.Fatalf("decision %d of a run: %v %v", j, r.v, r.err)
 					}
-					build := func() {
-						for j := range calls {
-							items := []limiter.Item{cs.item(i)}
-							i++
-							group := s.groupOf(items[0].Name)
-							_, calls[j] = s.scriptCall(items, group, limiter.Scope(items, []string{group}), call{mode: "take"}, "")
-						}
-					}
-					cpu := redisCPU(b, c)
-					for b.Loop() {
-						b.StopTimer()
-						build()
-						b.StartTimer()
-						s.runDecisions(ctx, "", calls, out)
-						for j, r := range out {
-							if r.err != nil || len(r.v) < 2 || r.v[0] != 1 || r.v[1] != 1 {
-								b.Fatalf("decision %d of a run: %v %v", j, r.v, r.err)
-							}
-						}
-					}
-					used := redisCPU(b, c) - cpu
-					b.ReportMetric(float64(used.Nanoseconds())/1e3/float64(b.N*batch), "redis-µs/decision")
-				})
+				}
 			}
-		}
+			reportRedisCPU(b, c, cpu, b.N*batch, "redis-µs/decision")
+		})
 	}
 }
