@@ -46,9 +46,15 @@ type child struct {
 // listens.
 func startChild(t *testing.T, args ...string) *child {
 	t.Helper()
+	return startChildEnv(t, nil, args...)
+}
+
+// startChildEnv is startChild with env added to the process's environment.
+func startChildEnv(t *testing.T, env []string, args ...string) *child {
+	t.Helper()
 	args = append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", ""}, args...)
 	c := &child{cmd: exec.Command(os.Args[0], args...), logs: newLogs(), exited: make(chan error, 1)}
-	c.cmd.Env = append(os.Environ(), childEnv+"=1")
+	c.cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
 	c.cmd.Stderr = c.logs
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/config"
 	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
+	"github.com/ratelimiter/ratelimiter/internal/heapfloor"
 	"github.com/ratelimiter/ratelimiter/internal/httpapi"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/rls"
@@ -76,6 +77,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logger.Info("starting", "version", version, "commit", commit, "go", runtime.Version(), "config", cfg)
 	if cfg.AdminToken == "" {
 		logger.Warn("no admin token is set: every caller may create, replace and delete limiters")
+	}
+	switch gogc := getenv("GOGC"); {
+	case cfg.GCMinHeap == 0:
+	case gogc != "":
+		logger.Info("GOGC is set, so --gc-min-heap does not apply", "GOGC", gogc)
+	default:
+		defer heapfloor.Start(uint64(cfg.GCMinHeap))()
 	}
 
 	tel, err := telemetry.Setup(ctx, telemetry.Options{

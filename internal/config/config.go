@@ -165,6 +165,10 @@ type Config struct {
 	// MetricsMaxLimiters is how many limiters the decision metrics label
 	// by name at once.
 	MetricsMaxLimiters int
+	// GCMinHeap is the heap goal the garbage collector keeps to at least
+	// (see heapfloor), 0 for Go's own pacing; from heapfloor.Min to
+	// heapfloor.Max otherwise.
+	GCMinHeap int64
 	// Timeouts of the HTTP server (see net/http.Server).
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
@@ -217,6 +221,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("data_dir", c.DataDir),
 		slog.Int("max_limiters", c.MaxLimiters),
 		slog.Int("metrics_max_limiters", c.MetricsMaxLimiters),
+		slog.Int64("gc_min_heap", c.GCMinHeap),
 		slog.String("read_header_timeout", c.ReadHeaderTimeout.String()),
 		slog.String("read_timeout", c.ReadTimeout.String()),
 		slog.String("write_timeout", c.WriteTimeout.String()),

@@ -49,6 +49,7 @@ func TestDefaults(t *testing.T) {
 		MaxHeaderBytes:     16384,
 		MaxLimiters:        100_000,
 		MetricsMaxLimiters: 1000,
+		GCMinHeap:          32 << 20,
 		ReadHeaderTimeout:  5 * time.Second,
 		ReadTimeout:        10 * time.Second,
 		WriteTimeout:       10 * time.Second,
@@ -123,7 +124,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 	caFile := writeFile(t, "ca.pem", "")
 	values := map[string]string{
 		"listen": "127.0.0.1:9999", "backend": "redis", "max-body-bytes": "1024", "max-header-bytes": "8192",
-		"max-limiters": "42", "metrics-max-limiters": "7", "log-level": "debug", "log-format": "text",
+		"max-limiters": "42", "metrics-max-limiters": "7", "gc-min-heap": "64MiB", "log-level": "debug", "log-format": "text",
 		"read-header-timeout": "1s", "read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s",
 		"shutdown-delay": "5s", "shutdown-timeout": "6s",
 		"tenant-limit": "10", "tenant-period": "1h", "tenant-algorithm": "sliding_log", "tenant-burst": "0",
@@ -155,6 +156,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.1/32"), netip.MustParsePrefix("172.16.0.0/12"),
 		}},
 		LogLevel: slog.LevelDebug, LogFormat: LogText, MaxBodyBytes: 1024, MaxHeaderBytes: 8192, MaxLimiters: 42, MetricsMaxLimiters: 7,
+		GCMinHeap:         64 << 20,
 		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
 		IdleTimeout: 4 * time.Second, ShutdownDelay: 5 * time.Second, ShutdownTimeout: 6 * time.Second,
 		Tenants: tenant.Config{
@@ -441,6 +443,9 @@ func TestInvalid(t *testing.T) {
 		{name: "tenant period", args: []string{"--tenant-period", "1"}, want: []string{"--tenant-period", "invalid policy"}},
 		{name: "tenant period too short", args: []string{"--tenant-period", "1us"}, want: []string{"--tenant-period", "between"}},
 		{name: "tenant algorithm", args: []string{"--tenant-algorithm", "leaky"}, want: []string{"--tenant-algorithm", `"leaky"`}},
+		{name: "gc min heap below Go's own", args: []string{"--gc-min-heap", "1MiB"}, want: []string{"--gc-min-heap", "must be 0 or", "from 4MiB", `"1MiB"`}},
+		{name: "gc min heap too large", env: map[string]string{"RATELIMITER_GC_MIN_HEAP": "2048GiB"}, want: []string{"RATELIMITER_GC_MIN_HEAP", "to 1024GiB"}},
+		{name: "gc min heap negative", args: []string{"--gc-min-heap", "-1"}, want: []string{"--gc-min-heap", `"-1"`}},
 		{name: "tenant max bytes zero", args: []string{"--tenant-max-bytes", "0"}, want: []string{"--tenant-max-bytes", "from 1"}},
 		{name: "tenant max bytes unit", args: []string{"--tenant-max-bytes", "1MB"}, want: []string{"--tenant-max-bytes", "MiB", `"1MB"`}},
 		{name: "tenant max bytes overflow", args: []string{"--tenant-max-bytes", "9999999999GiB"}, want: []string{"--tenant-max-bytes", `"9999999999GiB"`}},

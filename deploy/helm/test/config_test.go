@@ -364,6 +364,7 @@ backend: {type: redis, redis: {addrs: ['redis:6379']}}
 				{"tenant max bytes", cfg.Tenants.MaxBytes, lookupInt(t, values, "config", "tenants", "max_bytes")},
 				{"max limiters", int64(cfg.MaxLimiters), lookupInt(t, values, "server", "maxLimiters")},
 				{"metrics max limiters", int64(cfg.MetricsMaxLimiters), lookupInt(t, values, "metrics", "maxLimiters")},
+				{"GC min heap", cfg.GCMinHeap, lookupInt(t, values, "server", "gcMinHeapBytes")},
 				{"shutdown delay", cfg.ShutdownDelay, time.Duration(lookupInt(t, values, "shutdown", "delaySeconds")) * time.Second},
 				{"shutdown timeout", cfg.ShutdownTimeout, time.Duration(lookupInt(t, values, "shutdown", "timeoutSeconds")) * time.Second},
 				{"max body bytes", cfg.MaxBodyBytes, lookupInt(t, values, "server", "maxBodyBytes")},

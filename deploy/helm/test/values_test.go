@@ -120,6 +120,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"capability in lower case", "securityContext:\n  capabilities:\n    drop: [all]\n", []string{"at '/securityContext/capabilities/drop/0'", "does not match pattern"}},
 		{"unknown seccomp profile type", "podSecurityContext:\n  seccompProfile:\n    type: Default\n", []string{"at '/podSecurityContext/seccompProfile/type'", "value must be one of"}},
 		{"user ID as a string", "podSecurityContext:\n  runAsUser: '65532'\n", []string{"at '/podSecurityContext/runAsUser'", "got string, want integer"}},
+		{"GC floor below Go's own", "server:\n  gcMinHeapBytes: 1048576\n", []string{"at '/server/gcMinHeapBytes'"}},
 		{"header limit Go cannot hold", "server:\n  maxHeaderBytes: 4096\n", []string{"at '/server/maxHeaderBytes'", "minimum: got 4,096, want 4,097"}},
 		{"zero timeout", "server:\n  readTimeout: 0s\n", []string{"at '/server/readTimeout'"}},
 		{"negative shutdown delay", "shutdown:\n  delaySeconds: -5\n", []string{"at '/shutdown/delaySeconds'", "minimum"}},

@@ -302,6 +302,8 @@ so the Deployment also passes --grpc-listen= then. */}}
   value: {{ int64 .Values.server.maxHeaderBytes | quote }}
 - name: RATELIMITER_MAX_LIMITERS
   value: {{ int64 .Values.server.maxLimiters | quote }}
+- name: RATELIMITER_GC_MIN_HEAP
+  value: {{ int64 .Values.server.gcMinHeapBytes | quote }}
 - name: RATELIMITER_METRICS_MAX_LIMITERS
   value: {{ int64 .Values.metrics.maxLimiters | quote }}
 - name: RATELIMITER_READ_HEADER_TIMEOUT
