@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"sync/atomic"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimiter/ratelimiter/internal/heapfloor"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 	"github.com/ratelimiter/ratelimiter/internal/rls"
@@ -71,6 +73,78 @@ func BenchmarkGRPCTelemetry(b *testing.B) {
 					b.Fatalf("%v %v", resp, err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkGRPCRuntime measures ShouldRateLimit calls from 25 goroutines
+// per processor over 4 loopback connections, client and server in the
+// process, on the memory backend, with the server as the service runs it
+// ("service": calls on its stream workers, the heap floor of
+// --gc-min-heap at its default), with a goroutine per call (grpc-go's
+// default, which grows a new stack for each call), and without the heap
+// floor (Go's own pacing, GOGC=100, which collects tens of times a second
+// here and shrinks the idle workers' stacks at each collection).
+//
+//	for i in $(seq 8); do go test -run '^$' -bench GRPCRuntime -benchmem -benchtime 2s ./cmd/service; done
+func BenchmarkGRPCRuntime(b *testing.B) {
+	cfg, err := rls.Parse("bench.yaml", []byte("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name  string
+		opts  []grpc.ServerOption
+		floor bool
+	}{
+		{"service", nil, true},
+		{"goroutine-per-call", []grpc.ServerOption{grpc.NumStreamWorkers(0)}, true},
+		{"no-heap-floor", nil, false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			if bc.floor {
+				defer heapfloor.Start(32 << 20)()
+			}
+			l := limiter.NewService(memory.New(nil, 0))
+			if err := rls.Apply(b.Context(), l, cfg); err != nil {
+				b.Fatal(err)
+			}
+			svc, err := rls.NewService(l, cfg, rls.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := newGRPCServer(b.Context(), svc, func() bool { return true }, bc.opts...)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go srv.Serve(ln)
+			defer srv.Stop()
+			var clients []rlsv3.RateLimitServiceClient
+			for range 4 {
+				conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer conn.Close()
+				clients = append(clients, rlsv3.NewRateLimitServiceClient(conn))
+			}
+			req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
+				{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+			}}
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(25)
+			b.RunParallel(func(pb *testing.PB) {
+				c := clients[next.Add(1)%int64(len(clients))]
+				for pb.Next() {
+					resp, err := c.ShouldRateLimit(b.Context(), req)
+					if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+						b.Errorf("%v %v", resp, err)
+						return
+					}
+				}
+			})
 		})
 	}
 }
