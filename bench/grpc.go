@@ -49,8 +49,13 @@ const (
 	rlsMemory = iota
 	rlsRedis
 	rlsCeiling
+	rlsMemoryGoGC
 	rlsEnvoy
 )
+
+// grpcGoGC names the service on the memory backend without its heap floor:
+// Go's own pacing of the garbage collector, as without --gc-min-heap.
+const grpcGoGC = "ratelimiter, memory backend, --gc-min-heap 0 (Go's own GC pacing)"
 
 // grpcConns is how many client connections the generator spreads its
 // workers over, round-robin: as a few Envoy workers would hold.
@@ -120,6 +125,11 @@ func grpcComparison(cfg config, rig *redisRig, rep *report) error {
 		return err
 	}
 	defer svcMemory.stop()
+	svcGoGC, goGCAddr, err := startGRPCService(cfg, "ratelimiter (memory backend, gRPC, --gc-min-heap 0)", path, "--gc-min-heap", "0")
+	if err != nil {
+		return err
+	}
+	defer svcGoGC.stop()
 	svcRedis, redisAddr, err := startGRPCService(cfg, "ratelimiter (Redis backend, gRPC)", path,
 		"--backend", "redis", "--redis-addrs", rig.redis.addr, "--redis-timeout", redisTimeout)
 	if err != nil {
@@ -161,6 +171,7 @@ func grpcComparison(cfg config, rig *redisRig, rep *report) error {
 		{"ratelimiter, memory backend", memAddr, []*proc{svcMemory}},
 		{"ratelimiter, Redis backend", redisAddr, []*proc{svcRedis, rig.redis}},
 		{grpcCeiling, ceilingAddr, []*proc{ceiling}},
+		{grpcGoGC, goGCAddr, []*proc{svcGoGC}},
 	}
 	if !cfg.smoke {
 		envoy, envoyAddr, err := startEnvoyWith(dir, rig.redis.addr, grpcConfig, "bench.c")
@@ -208,7 +219,7 @@ func grpcComparison(cfg config, rig *redisRig, rep *report) error {
 	sec := rep.section("gRPC: Envoy's rate limit service (ShouldRateLimit), against envoy ratelimit")
 	sec.printf("Each request is one `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` call of domain `bench` with 1 or 3 descriptors of one entry each, hits_addend 1, under rules that count per value with a limit of %s per second that no run reaches; both servers read the same configuration file (the service through `--envoy-config`). The random-key runs draw each request's value uniformly from %d (the same value for the 3 descriptors). The load is %s: closed loop, each worker sending its next call as soon as the last is answered. Every answer must be OK: one error or one answer not OK fails the run, and a decision the service on Redis could not make within its %s timeout is an error (UNAVAILABLE: it fails closed, its default). %d interleaved rounds of %s; median (min–max).\n\n",
 		thousands(grpcLimit), randomKeys, load, redisTimeout, cfg.rounds, cfg.duration)
-	sec.printf("Server CPU is that of the server's process, plus redis-server's for the systems on Redis: the service alone on the memory backend; the service and Redis on the Redis backend; envoy ratelimit and Redis (the same Redis); the ceiling alone. The ceiling is the least a grpc-go server can do with these calls: it decodes each request with go-control-plane's types and answers OK with a status per descriptor, deciding nothing and keeping no state, so what it answers per second is what grpc-go's server, as the service runs it, leaves room for on this machine with this load generator. Semantics differ, and are compared as they are: the service decides the descriptors of a request together, all or nothing, in one decision (on Redis, one script run), by GCRA; envoy ratelimit counts each descriptor in its own fixed window aligned to the clock, and counts denied hits too.\n\n")
+	sec.printf("Server CPU is that of the server's process, plus redis-server's for the systems on Redis: the service alone on the memory backend; the service and Redis on the Redis backend; envoy ratelimit and Redis (the same Redis); the ceiling alone. The ceiling is the least a grpc-go server can do with these calls: it decodes each request with go-control-plane's types and answers OK with a status per descriptor, deciding nothing and keeping no state, so what it answers per second is what grpc-go's server, as the service runs it (with the service's heap floor and stream workers), leaves room for on this machine with this load generator. The service also runs on the memory backend with `--gc-min-heap 0`, Go's own pacing of its garbage collector (GOGC=100), to show what the heap floor it keeps by default is worth. Semantics differ, and are compared as they are: the service decides the descriptors of a request together, all or nothing, in one decision (on Redis, one script run), by GCRA; envoy ratelimit counts each descriptor in its own fixed window aligned to the clock, and counts denied hits too.\n\n")
 	sec.printf("The targets: the service on the memory backend answers at least 3× envoy ratelimit's requests per second, on the Redis backend at least 2×, and uses at most 0.5× envoy ratelimit's server CPU per request, each with its Redis. The ratios are per round, judged by their median.\n")
 	rpsChart := sec.chart("grpc-requests", "gRPC ShouldRateLimit: requests per second (higher is better)", "requests/s")
 	cpuChart := sec.chart("grpc-cpu", "gRPC ShouldRateLimit: server CPU per request, with its Redis if any (lower is better)", "server CPU µs/request")
@@ -417,7 +428,7 @@ type grpcRatio struct {
 // returns those for the summary, each with its target if it has one, and
 // none when envoy ratelimit did not run.
 func grpcRatios(sec *section, results [][]sample) []grpcRatio {
-	const mem, red, ceiling, envoy = rlsMemory, rlsRedis, rlsCeiling, rlsEnvoy
+	const mem, red, ceiling, goGC, envoy = rlsMemory, rlsRedis, rlsCeiling, rlsMemoryGoGC, rlsEnvoy
 	if len(results) <= envoy {
 		sec.printf("No ratios: envoy ratelimit does not run in a smoke run.\n")
 		return nil
@@ -443,6 +454,8 @@ func grpcRatios(sec *section, results [][]sample) []grpcRatio {
 		{"the ceiling (a grpc-go server deciding nothing) ÷ envoy ratelimit, requests/s", ratio(ceiling, envoy, rps), "", false, true},
 		{"memory backend ÷ the ceiling, requests/s", ratio(mem, ceiling, rps), "", false, true},
 		{"memory backend ÷ the ceiling, server CPU per request", ratio(mem, ceiling, cpu), "", false, false},
+		{"memory backend ÷ the same with --gc-min-heap 0, server CPU per request", ratio(mem, goGC, cpu), "", false, true},
+		{"memory backend with --gc-min-heap 0 ÷ envoy ratelimit, requests/s", ratio(goGC, envoy, rps), "", false, true},
 	}
 	var summed []grpcRatio
 	for _, r := range all {

@@ -10,6 +10,9 @@
 // if given, it answers Envoy's ShouldRateLimit with grpc-go and
 // go-control-plane's types: OK, with one status OK under LIMIT per second
 // for each descriptor, deciding nothing.
+//
+// It runs as the service does by default: with a heap floor of 32 MiB
+// (--gc-min-heap), and its gRPC calls on 32 stream workers per processor.
 package main
 
 import (
@@ -19,10 +22,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/ratelimiter/ratelimiter/internal/heapfloor"
 )
 
 type request struct {
@@ -41,6 +47,7 @@ func main() {
 	if len(os.Args) != 2 && len(os.Args) != 4 {
 		log.Fatal("usage: trivial HTTP-ADDR [GRPC-ADDR LIMIT]")
 	}
+	heapfloor.Start(32 << 20)
 	http.HandleFunc("POST /v1/limiters/{name}/acquire", func(w http.ResponseWriter, r *http.Request) {
 		var req request
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -68,7 +75,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		s := grpc.NewServer()
+		s := grpc.NewServer(grpc.NumStreamWorkers(uint32(32 * runtime.GOMAXPROCS(0))))
 		rlsv3.RegisterRateLimitServiceServer(s, rls{limit: uint32(limit)})
 		go func() { log.Fatal(s.Serve(l)) }()
 	}
