@@ -28,10 +28,6 @@ import (
 //
 //	go test -run '^$' -bench GRPCTelemetry -benchmem -count 6 ./cmd/service
 func BenchmarkGRPCTelemetry(b *testing.B) {
-	cfg, err := rls.Parse("bench.yaml", []byte("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	for _, bc := range []struct {
 		name string
@@ -42,39 +38,58 @@ func BenchmarkGRPCTelemetry(b *testing.B) {
 		{"tracing-all", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			l := limiter.NewService(memory.New(nil, 0))
-			if err := rls.Apply(b.Context(), l, cfg); err != nil {
-				b.Fatal(err)
-			}
-			svc, err := rls.NewService(l, cfg, rls.Options{MeterProvider: mp})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := newGRPCServer(b.Context(), svc, func() bool { return true }, grpcTelemetry(bc.tp, mp)...)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			go srv.Serve(ln)
-			defer srv.Stop()
-			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
-			c := rlsv3.NewRateLimitServiceClient(conn)
-			req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
-				{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
-			}}
+			c := serveBench(b, rls.Options{MeterProvider: mp}, 1, grpcTelemetry(bc.tp, mp)...)[0]
 			b.ReportAllocs()
 			for b.Loop() {
-				resp, err := c.ShouldRateLimit(b.Context(), req)
+				resp, err := c.ShouldRateLimit(b.Context(), benchRequest)
 				if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 					b.Fatalf("%v %v", resp, err)
 				}
 			}
 		})
 	}
+}
+
+// benchRequest is what the benchmarks call ShouldRateLimit with: one
+// descriptor of a rule that no run reaches.
+var benchRequest = &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
+	{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+}}
+
+// serveBench serves the rate limit service, with the rule of benchRequest
+// on the memory backend and opts, on a loopback port until b ends, and
+// returns clients over conns connections to it.
+func serveBench(b *testing.B, o rls.Options, conns int, opts ...grpc.ServerOption) []rlsv3.RateLimitServiceClient {
+	b.Helper()
+	cfg, err := rls.Parse("bench.yaml", []byte("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := limiter.NewService(memory.New(nil, 0))
+	if err := rls.Apply(b.Context(), l, cfg); err != nil {
+		b.Fatal(err)
+	}
+	svc, err := rls.NewService(l, cfg, o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := newGRPCServer(b.Context(), svc, func() bool { return true }, opts...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(ln)
+	b.Cleanup(srv.Stop)
+	clients := make([]rlsv3.RateLimitServiceClient, conns)
+	for i := range clients {
+		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close() })
+		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
+	}
+	return clients
 }
 
 // BenchmarkGRPCRuntime measures ShouldRateLimit calls from 25 goroutines
@@ -88,10 +103,6 @@ func BenchmarkGRPCTelemetry(b *testing.B) {
 //
 //	for i in $(seq 8); do go test -run '^$' -bench GRPCRuntime -benchmem -benchtime 2s ./cmd/service; done
 func BenchmarkGRPCRuntime(b *testing.B) {
-	cfg, err := rls.Parse("bench.yaml", []byte("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
 	for _, bc := range []struct {
 		name  string
 		opts  []grpc.ServerOption
@@ -105,40 +116,14 @@ func BenchmarkGRPCRuntime(b *testing.B) {
 			if bc.floor {
 				defer heapfloor.Start(32 << 20)()
 			}
-			l := limiter.NewService(memory.New(nil, 0))
-			if err := rls.Apply(b.Context(), l, cfg); err != nil {
-				b.Fatal(err)
-			}
-			svc, err := rls.NewService(l, cfg, rls.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := newGRPCServer(b.Context(), svc, func() bool { return true }, bc.opts...)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			go srv.Serve(ln)
-			defer srv.Stop()
-			var clients []rlsv3.RateLimitServiceClient
-			for range 4 {
-				conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer conn.Close()
-				clients = append(clients, rlsv3.NewRateLimitServiceClient(conn))
-			}
-			req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
-				{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
-			}}
+			clients := serveBench(b, rls.Options{}, 4, bc.opts...)
 			var next atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(25)
 			b.RunParallel(func(pb *testing.PB) {
 				c := clients[next.Add(1)%int64(len(clients))]
 				for pb.Next() {
-					resp, err := c.ShouldRateLimit(b.Context(), req)
+					resp, err := c.ShouldRateLimit(b.Context(), benchRequest)
 					if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 						b.Errorf("%v %v", resp, err)
 						return
