@@ -11,7 +11,7 @@
 // go-control-plane's types: OK, with one status OK under LIMIT per second
 // for each descriptor, deciding nothing.
 //
-// It runs as the service does by default: with a heap floor of 32 MiB
+// It runs as the service does by default: with its heap floor
 // (--gc-min-heap), and its gRPC calls on 32 stream workers per processor.
 package main
 
@@ -47,7 +47,7 @@ func main() {
 	if len(os.Args) != 2 && len(os.Args) != 4 {
 		log.Fatal("usage: trivial HTTP-ADDR [GRPC-ADDR LIMIT]")
 	}
-	heapfloor.Start(32 << 20)
+	heapfloor.Start(heapfloor.Default)
 	http.HandleFunc("POST /v1/limiters/{name}/acquire", func(w http.ResponseWriter, r *http.Request) {
 		var req request
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {

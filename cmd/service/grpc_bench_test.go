@@ -114,7 +114,7 @@ func BenchmarkGRPCRuntime(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			if bc.floor {
-				defer heapfloor.Start(32 << 20)()
+				defer heapfloor.Start(heapfloor.Default)()
 			}
 			clients := serveBench(b, rls.Options{}, 4, bc.opts...)
 			var next atomic.Int64

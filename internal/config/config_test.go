@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
+	"github.com/ratelimiter/ratelimiter/internal/heapfloor"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/tenant"
 )
@@ -49,7 +50,7 @@ func TestDefaults(t *testing.T) {
 		MaxHeaderBytes:     16384,
 		MaxLimiters:        100_000,
 		MetricsMaxLimiters: 1000,
-		GCMinHeap:          32 << 20,
+		GCMinHeap:          heapfloor.Default,
 		ReadHeaderTimeout:  5 * time.Second,
 		ReadTimeout:        10 * time.Second,
 		WriteTimeout:       10 * time.Second,

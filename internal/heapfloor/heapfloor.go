@@ -24,11 +24,12 @@ import (
 	"sync"
 )
 
-// Min is the smallest floor, Go's own least heap goal at GOGC=100, and
-// Max the largest.
+// Min is the smallest floor, Go's own least heap goal at GOGC=100, Max
+// the largest, and Default the service's (--gc-min-heap).
 const (
-	Min = 4 << 20
-	Max = 1 << 40
+	Min     = 4 << 20
+	Max     = 1 << 40
+	Default = 32 << 20
 )
 
 var (
