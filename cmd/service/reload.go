@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/config"
@@ -28,9 +27,10 @@ type reloader struct {
 }
 
 // run reloads the configuration whenever its files change (checked every
-// reloadInterval) and whenever hup receives, until ctx is done.
+// reloadInterval) and whenever hup receives, until ctx is done. A change
+// made after the configuration in force was read is seen, however soon.
 func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
-	r.seen = fingerprint(r.cfg.EnvoyConfigPath)
+	r.seen = r.cfg.Envoy.Digest
 	t := time.NewTicker(reloadInterval)
 	defer t.Stop()
 	for {
@@ -55,7 +55,8 @@ func (r *reloader) reload(ctx context.Context) {
 	fp := fingerprint(r.cfg.EnvoyConfigPath)
 	err := r.apply(ctx)
 	if err == nil {
-		r.seen, r.failed = fp, ""
+		// What was loaded, which may be newer than fp.
+		r.seen, r.failed = r.cfg.Envoy.Digest, ""
 		return
 	}
 	if msg := err.Error(); msg != r.failed {
@@ -96,22 +97,13 @@ func (r *reloader) apply(ctx context.Context) error {
 	return nil
 }
 
-// fingerprint sums up the files of the configuration at path (a file, or
-// a directory's *.yaml files, links followed as a Kubernetes ConfigMap
-// volume needs): their names, sizes and modification times.
+// fingerprint sums up the files of the configuration at path as they are
+// now (see rls.Digest); one that cannot be read has a fingerprint of its
+// own, so that it is tried, and its error logged.
 func fingerprint(path string) string {
-	files, err := rls.Files(path)
+	d, err := rls.Digest(path)
 	if err != nil {
 		return "unreadable: " + err.Error()
 	}
-	var b strings.Builder
-	for _, f := range files {
-		info, err := os.Stat(f)
-		if err != nil {
-			fmt.Fprintf(&b, "%s:missing;", f)
-			continue
-		}
-		fmt.Fprintf(&b, "%s:%d:%d;", f, info.Size(), info.ModTime().UnixNano())
-	}
-	return b.String()
+	return d
 }

@@ -12,8 +12,10 @@ package rls
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -119,6 +121,9 @@ type Config struct {
 	domains map[string]*node
 	// Rules are every rule, by file and then in the order of the file.
 	Rules []*Rule
+	// Digest sums up the files the configuration was loaded from, as
+	// Digest(path) does; empty for one from Parse.
+	Digest string
 }
 
 // node is one level of a domain's tree.
@@ -198,11 +203,13 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 	c := &Config{domains: make(map[string]*node)}
+	d := sha256.New()
 	for _, f := range files {
 		data, err := readFile(f)
 		if err != nil {
 			return nil, err
 		}
+		digestFile(d, f, data)
 		if err := c.add(f, data); err != nil {
 			return nil, err
 		}
@@ -210,7 +217,40 @@ func Load(path string) (*Config, error) {
 	if err := c.checkKeys(); err != nil {
 		return nil, err
 	}
+	c.Digest = hex.EncodeToString(d.Sum(nil))
 	return c, nil
+}
+
+// Digest sums up the files of the configuration at path as they are now:
+// their names and contents. It equals the Digest of the configuration
+// Load would read from them, and differs once a file is added, removed or
+// changed, however quickly and whatever its modification time.
+func Digest(path string) (string, error) {
+	files, err := Files(path)
+	if err != nil {
+		return "", err
+	}
+	d := sha256.New()
+	for _, f := range files {
+		data, err := readFile(f)
+		if err != nil {
+			return "", err
+		}
+		digestFile(d, f, data)
+	}
+	return hex.EncodeToString(d.Sum(nil)), nil
+}
+
+// digestFile adds one file to a digest, its name and content each
+// preceded by its length so that no two sets of files sum alike.
+func digestFile(d hash.Hash, name string, data []byte) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(name)))
+	d.Write(n[:])
+	d.Write([]byte(name))
+	binary.BigEndian.PutUint64(n[:], uint64(len(data)))
+	d.Write(n[:])
+	d.Write(data)
 }
 
 // Files returns the files of the configuration at path: path itself, or

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +130,85 @@ func TestEnvoyTestConfigs(t *testing.T) {
 	}
 	if _, err := Load(both); err == nil || !strings.Contains(err.Error(), `domain "test-domain" is declared twice`) {
 		t.Errorf("two files of one domain: %v", err)
+	}
+}
+
+// Digest tells the configuration at a path from the one that was loaded:
+// it is Load's Digest while the files stay, and differs after any change
+// to them, even one that keeps a file's size and modification time.
+func TestDigest(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, yaml string, mtime time.Time) {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rule := func(domain string, limit int) string {
+		return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: " + strconv.Itoa(limit) + "}\n"
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	write("a.yaml", rule("a", 2), at)
+	digest := func() string {
+		t.Helper()
+		d, err := Digest(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	cfg, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{cfg.Digest: "loaded"}
+	if d := digest(); d != cfg.Digest {
+		t.Fatalf("Digest %s, want Load's %s", d, cfg.Digest)
+	}
+	for _, change := range []struct {
+		name string
+		do   func()
+		same bool // the change is not to the configuration's files
+	}{
+		{"one digit, same size and time", func() { write("a.yaml", rule("a", 5), at) }, false},
+		{"a file added", func() { write("b.yaml", rule("b", 5), at) }, false},
+		{"a file that is not *.yaml", func() { write("c.yml", rule("c", 5), at) }, true},
+		{"a file renamed", func() {
+			if err := os.Rename(filepath.Join(dir, "b.yaml"), filepath.Join(dir, "c.yaml")); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"a file removed", func() {
+			if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		before := digest()
+		change.do()
+		d := digest()
+		if change.same {
+			if d != before {
+				t.Errorf("%s: the digest changed", change.name)
+			}
+			continue
+		}
+		if prev, ok := seen[d]; ok {
+			t.Errorf("%s: digest %s, as %s", change.name, d, prev)
+		}
+		seen[d] = change.name
+		if cfg, err := Load(dir); err != nil {
+			t.Errorf("%s: %v", change.name, err)
+		} else if cfg.Digest != d {
+			t.Errorf("%s: Load's digest %s, want Digest's %s", change.name, cfg.Digest, d)
+		}
+	}
+	if _, err := Digest(filepath.Join(dir, "missing.yaml")); err == nil {
+		t.Error("Digest of a missing file: no error")
 	}
 }
 
