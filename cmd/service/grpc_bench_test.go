@@ -38,7 +38,7 @@ func BenchmarkGRPCTelemetry(b *testing.B) {
 		{"tracing-all", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			c := serveBench(b, rls.Options{MeterProvider: mp}, 1, grpcTelemetry(bc.tp, mp)...)[0]
+			c := rlsv3.NewRateLimitServiceClient(serveRLS(b, rls.Options{MeterProvider: mp}, 1, grpcTelemetry(bc.tp, mp)...)[0])
 			b.ReportAllocs()
 			for b.Loop() {
 				resp, err := c.ShouldRateLimit(b.Context(), benchRequest)
@@ -56,10 +56,10 @@ var benchRequest = &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*common
 	{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
 }}
 
-// serveBench serves the rate limit service, with the rule of benchRequest
+// serveRLS serves the rate limit service, with the rule of benchRequest
 // on the memory backend and opts, on a loopback port until b ends, and
-// returns clients over conns connections to it.
-func serveBench(b *testing.B, o rls.Options, conns int, opts ...grpc.ServerOption) []rlsv3.RateLimitServiceClient {
+// returns conns connections to it.
+func serveRLS(b testing.TB, o rls.Options, conns int, opts ...grpc.ServerOption) []*grpc.ClientConn {
 	b.Helper()
 	cfg, err := rls.Parse("bench.yaml", []byte("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
 	if err != nil {
@@ -80,16 +80,16 @@ func serveBench(b *testing.B, o rls.Options, conns int, opts ...grpc.ServerOptio
 	}
 	go srv.Serve(ln)
 	b.Cleanup(srv.Stop)
-	clients := make([]rlsv3.RateLimitServiceClient, conns)
-	for i := range clients {
+	cs := make([]*grpc.ClientConn, conns)
+	for i := range cs {
 		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { conn.Close() })
-		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
+		cs[i] = conn
 	}
-	return clients
+	return cs
 }
 
 // BenchmarkGRPCRuntime measures ShouldRateLimit calls from 25 goroutines
@@ -116,7 +116,10 @@ func BenchmarkGRPCRuntime(b *testing.B) {
 			if bc.floor {
 				defer heapfloor.Start(heapfloor.Default)()
 			}
-			clients := serveBench(b, rls.Options{}, 4, bc.opts...)
+			var clients []rlsv3.RateLimitServiceClient
+			for _, conn := range serveRLS(b, rls.Options{}, 4, bc.opts...) {
+				clients = append(clients, rlsv3.NewRateLimitServiceClient(conn))
+			}
 			var next atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(25)

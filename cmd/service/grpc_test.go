@@ -13,13 +13,21 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimiter/ratelimiter/internal/redistest"
+	"github.com/ratelimiter/ratelimiter/internal/rls"
 )
 
 // envoyConfig writes an envoyproxy/ratelimit configuration file.
@@ -249,5 +257,59 @@ func TestGRPCReload(t *testing.T) {
 	time.Sleep(2 * reloadInterval)
 	if n := reloads(); n != before+1 {
 		t.Errorf("%d reloads after one SIGHUP of unchanged files, want 1", n-before)
+	}
+}
+
+// With tracing on, a ShouldRateLimit call leaves a server span, a child
+// of the trace its caller propagated; a health check leaves none.
+func TestGRPCTracing(t *testing.T) {
+	// The propagator the service sets (see internal/telemetry).
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	conn := serveRLS(t, rls.Options{MeterProvider: mp}, 1, grpcTelemetry(tp, mp)...)[0]
+
+	traceID, parentID := "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "traceparent", "00-"+traceID+"-"+parentID+"-01")
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, benchRequest)
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("ShouldRateLimit: %v %v", resp, err)
+	}
+	// An unsampled caller leaves no span (the sampler follows the parent).
+	unsampled := metadata.AppendToOutgoingContext(t.Context(), "traceparent", "00-"+traceID+"-"+parentID+"-00")
+	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(unsampled, benchRequest); err != nil {
+		t.Fatal(err)
+	}
+
+	// The server span ends as the call returns, perhaps just after the
+	// client has its answer.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rec.Ended()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // for a span that should not be there
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		var names []string
+		for _, s := range spans {
+			names = append(names, s.Name())
+		}
+		t.Fatalf("spans %v, want the one of the sampled ShouldRateLimit", names)
+	}
+	s := spans[0]
+	if s.Name() != "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" || s.SpanKind() != trace.SpanKindServer {
+		t.Errorf("span %q of kind %v, want ShouldRateLimit's server span", s.Name(), s.SpanKind())
+	}
+	if got := s.SpanContext().TraceID().String(); got != traceID {
+		t.Errorf("trace %s, want the caller's %s", got, traceID)
+	}
+	if got := s.Parent(); got.SpanID().String() != parentID || !got.IsRemote() {
+		t.Errorf("parent %s (remote %v), want the caller's %s", got.SpanID(), got.IsRemote(), parentID)
 	}
 }
