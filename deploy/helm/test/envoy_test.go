@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -133,9 +135,22 @@ func TestGRPCPorts(t *testing.T) {
 // envoy.existingConfigMap; that the ConfigMap is mounted whole, as a
 // directory the service reloads, and RATELIMITER_ENVOY_CONFIG names that
 // directory; that the service loads the rules; and that envoy.headers
-// reaches RATELIMITER_ENVOY_HEADERS.
+// reaches RATELIMITER_ENVOY_HEADERS. The values of examples/envoy are
+// among the cases, as shipped.
 func TestEnvoyConfig(t *testing.T) {
 	t.Parallel()
+	example, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "envoy", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exampleValues struct {
+		Envoy struct {
+			Config map[string]string `yaml:"config"`
+		} `yaml:"envoy"`
+	}
+	if err := yaml3.Unmarshal(example, &exampleValues); err != nil || len(exampleValues.Envoy.Config) == 0 {
+		t.Fatalf("examples/envoy/values.yaml: %v, envoy.config %v", err, exampleValues.Envoy.Config)
+	}
 	const web = "domain: web\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
 	const two = "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n---\ndomain: b\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unlimited: true}\n"
 	tests := []struct {
@@ -189,6 +204,14 @@ func TestEnvoyConfig(t *testing.T) {
 			wantHeaders:   "true",
 		},
 		{name: "headers without rules", values: "envoy: {headers: true}\n", wantHeaders: "true"},
+		{
+			name:          "examples/envoy/values.yaml",
+			values:        string(example),
+			wantConfigMap: "rel-ratelimiter-envoy",
+			wantFiles:     exampleValues.Envoy.Config,
+			wantDomains:   []string{"web"},
+			wantHeaders:   "false",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
