@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -97,84 +98,126 @@ descriptors:
 }
 
 // 2,000 concurrent ShouldRateLimit calls with three descriptors each,
-// spread over three replicas on one Redis, admit exactly the smallest of
-// the three limits, and charge nothing for the denied ones: the other two
-// rules keep what the admitted calls left.
+// spread over three replicas on one Redis, admit exactly the limit of each
+// rule, and charge nothing for the denied ones. The calls come in three
+// groups, each with a key of its own for each rule, and each group drives
+// a different rule past its limit: group 1 its user (300 per year, 400
+// calls), group 2 its route (500, 600 calls; a sliding log), group 3 its
+// global key (700, 1,000 calls); in each group the other two rules have
+// room for every call, or count each call under a key of its own. All
+// 2,000 calls are in flight at once.
 func TestEnvoyAcrossReplicas(t *testing.T) {
-	const calls, workers = 2000, 64
 	const yaml = `domain: e2e
 descriptors:
   - key: user
-    rate_limit: {unit: year, requests_per_unit: 500}
+    rate_limit: {unit: year, requests_per_unit: 300}
   - key: route
-    rate_limit: {unit: year, requests_per_unit: 800, algorithm: sliding_log}
+    rate_limit: {unit: year, requests_per_unit: 500, algorithm: sliding_log}
   - key: global
-    rate_limit: {unit: year, requests_per_unit: 1000}
+    rate_limit: {unit: year, requests_per_unit: 700}
 `
-	_, replicas := sharedRedis(t, 3, map[string]string{"RATELIMITER_REDIS_TIMEOUT": "2s"}, withEnvoyConfig(t, yaml)...)
+	groups := []struct {
+		calls int
+		// the values of the call's user, route and global descriptors;
+		// "" for one of its own
+		user, route, global string
+		admits              int
+	}{
+		{400, "u1", "/r1", "g1", 300},
+		{600, "", "/r2", "g2", 500},
+		{1000, "", "", "g3", 700},
+	}
+	_, replicas := sharedRedis(t, 3, map[string]string{"RATELIMITER_REDIS_TIMEOUT": "5s"}, withEnvoyConfig(t, yaml)...)
 	clients := make([]rlsv3.RateLimitServiceClient, len(replicas))
 	for i, r := range replicas {
 		clients[i] = rlsv3.NewRateLimitServiceClient(dialGRPC(t, r))
 	}
-	descriptors := func(hits uint64) []*commonv3.RateLimitDescriptor {
-		ds := []*commonv3.RateLimitDescriptor{rlsDescriptor("user", "u1"), rlsDescriptor("route", "/search"), rlsDescriptor("global", "all")}
-		if hits == 0 {
-			for _, d := range ds {
-				d.HitsAddend = wrapperspb.UInt64(0)
-			}
+	valueOr := func(v string, own string) string {
+		if v == "" {
+			return own
 		}
-		return ds
+		return v
 	}
-	var (
-		mu      sync.Mutex
-		ok, out int
-		errs    []error
-		wg      sync.WaitGroup
-		next    = make(chan int)
-		extra   []string // answers past the limit, for the failure message
-	)
-	for range workers {
+	type call struct{ group, replica int }
+	var calls []call
+	var reqs []*rlsv3.RateLimitRequest
+	for g, grp := range groups {
+		for i := range grp.calls {
+			own := fmt.Sprintf("g%d-%d", g+1, i)
+			reqs = append(reqs, &rlsv3.RateLimitRequest{Domain: "e2e", Descriptors: []*commonv3.RateLimitDescriptor{
+				rlsDescriptor("user", valueOr(grp.user, own)), rlsDescriptor("route", valueOr(grp.route, own)), rlsDescriptor("global", valueOr(grp.global, own)),
+			}})
+			calls = append(calls, call{g, len(calls) % len(clients)})
+		}
+	}
+	if len(calls) != 2000 {
+		t.Fatalf("%d calls, want 2000", len(calls))
+	}
+
+	codes := make([]rlsv3.RateLimitResponse_Code, len(calls))
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, c := range calls {
 		wg.Go(func() {
-			for i := range next {
-				resp, err := clients[i%len(clients)].ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "e2e", Descriptors: descriptors(1)})
-				mu.Lock()
-				switch {
-				case err != nil:
-					errs = append(errs, err)
-				case resp.OverallCode == rlsv3.RateLimitResponse_OK:
-					ok++
-					if ok > 500 && len(extra) < 3 {
-						extra = append(extra, fmt.Sprintf("replica %d: %v", i%len(clients), resp))
-					}
-				default:
-					out++
-				}
-				mu.Unlock()
+			<-start
+			resp, err := clients[c.replica].ShouldRateLimit(context.Background(), reqs[i])
+			errs[i] = err
+			if err == nil {
+				codes[i] = resp.OverallCode
 			}
 		})
 	}
-	for i := range calls {
-		next <- i
-	}
-	close(next)
+	close(start)
 	wg.Wait()
-	if len(errs) > 0 {
-		t.Fatalf("%d calls failed, the first: %v", len(errs), errs[0])
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("calls failed: %v", err)
 	}
-	if ok != 500 || out != calls-500 {
-		t.Errorf("admitted %d and denied %d of %d, want exactly 500 admitted; past the limit: %v", ok, out, calls, extra)
+	admitted := make([]int, len(groups))
+	for i, c := range calls {
+		switch codes[i] {
+		case rlsv3.RateLimitResponse_OK:
+			admitted[c.group]++
+		case rlsv3.RateLimitResponse_OVER_LIMIT:
+		default:
+			t.Fatalf("call %d: %v", i, codes[i])
+		}
+	}
+	for g, grp := range groups {
+		if admitted[g] != grp.admits {
+			t.Errorf("group %d: admitted %d of %d calls, want exactly %d", g+1, admitted[g], grp.calls, grp.admits)
+		}
+	}
+	if t.Failed() {
 		for i, r := range replicas {
 			_, stderr, _ := r.logs(context.Background())
 			t.Logf("replica %d's log:\n%s", i, stderr)
 		}
 	}
-	resp, err := clients[0].ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "e2e", Descriptors: descriptors(0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, want := range []uint32{0, 300, 500} {
-		if got := resp.Statuses[i].LimitRemaining; got != want {
-			t.Errorf("descriptor %d: %d left, want %d (denied calls must charge nothing)", i, got, want)
+
+	// What each group's shared keys have left: their limit less the
+	// admitted calls, nothing for the denied ones.
+	limits := []uint32{300, 500, 700}
+	for g, grp := range groups {
+		check := &rlsv3.RateLimitRequest{Domain: "e2e"}
+		var want []uint32
+		for r, v := range []string{grp.user, grp.route, grp.global} {
+			if v == "" {
+				continue
+			}
+			d := rlsDescriptor([]string{"user", "route", "global"}[r], v)
+			d.HitsAddend = wrapperspb.UInt64(0)
+			check.Descriptors = append(check.Descriptors, d)
+			want = append(want, limits[r]-uint32(admitted[g]))
+		}
+		resp, err := clients[g%len(clients)].ShouldRateLimit(t.Context(), check)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range want {
+			if got := resp.Statuses[i].LimitRemaining; got != w {
+				t.Errorf("group %d, descriptor %v: %d left, want %d (denied calls must charge nothing)", g+1, check.Descriptors[i].Entries, got, w)
+			}
 		}
 	}
 }
