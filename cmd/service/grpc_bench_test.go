@@ -23,7 +23,7 @@ import (
 // BenchmarkGRPCTelemetry measures one ShouldRateLimit call over a loopback
 // connection, client and server in the process, with the server's
 // telemetry as the service sets it up: none when tracing is off (the
-// default), otelgrpc's stats handler when it is on, here with every call
+// default), its tracing interceptor when it is on, here with every call
 // sampled and with 1% sampled.
 //
 //	go test -run '^$' -bench GRPCTelemetry -benchmem -count 6 ./cmd/service
@@ -38,7 +38,7 @@ func BenchmarkGRPCTelemetry(b *testing.B) {
 		{"tracing-all", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			c := rlsv3.NewRateLimitServiceClient(serveRLS(b, rls.Options{MeterProvider: mp}, 1, grpcTelemetry(bc.tp, mp)...)[0])
+			c := rlsv3.NewRateLimitServiceClient(serveRLS(b, rls.Options{MeterProvider: mp}, 1, grpcTelemetry(bc.tp)...)[0])
 			b.ReportAllocs()
 			for b.Loop() {
 				resp, err := c.ShouldRateLimit(b.Context(), benchRequest)

@@ -195,7 +195,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			gln.Close()
 			return err
 		}
-		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() }, grpcTelemetry(tel.TracerProvider, tel.MeterProvider)...)
+		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() }, grpcTelemetry(tel.TracerProvider)...)
 		if cfg.EnvoyConfigPath != "" {
 			// Reloaded when its files change, and on SIGHUP.
 			hup := make(chan os.Signal, 1)
