@@ -98,7 +98,8 @@ type Rule struct {
 	// Unlimited rules limit nothing; a limit of 0 denies every hit; the
 	// others are decided by Limiter.
 	Unlimited bool
-	// ShadowMode rules are decided and reported, but never deny.
+	// ShadowMode rules are decided and reported, but never deny; only an
+	// allowed request charges them.
 	ShadowMode bool
 	// QuotaMode rules deny a request only when every quota rule it
 	// matches is over its limit.

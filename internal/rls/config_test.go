@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
 
@@ -255,5 +257,40 @@ descriptors:
 	}
 	if !regexp.MustCompile(`^envoy\.d\.user\.[0-9a-f]{12}$`).MatchString(user.Name) || user.Group != ip.Group {
 		t.Errorf("names: %q %q, groups %q %q", user.Name, ip.Name, user.Group, ip.Group)
+	}
+}
+
+// Each unit is as long as envoyproxy/ratelimit counts it, WEEK included,
+// and the rule's limiter and its answers say so.
+func TestUnitPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		unit string
+		want time.Duration
+		code rlsv3.RateLimitResponse_RateLimit_Unit
+	}{
+		{"second", time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+		{"minute", time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		{"hour", time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+		{"day", 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+		{"week", 7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+		{"month", 30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+		{"year", 365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
+	} {
+		t.Run(tc.unit, func(t *testing.T) {
+			cfg, err := Parse("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: "+tc.unit+", requests_per_unit: 10}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := cfg.Rules[0]
+			if got := r.Unit.Period(); got != tc.want {
+				t.Errorf("period: got %s, want %s", got, tc.want)
+			}
+			if got := r.Limiter.Policy.Period; got != tc.want {
+				t.Errorf("limiter period: got %s, want %s", got, tc.want)
+			}
+			if got := currentLimit(r).GetUnit(); got != tc.code {
+				t.Errorf("unit answered: got %v, want %v", got, tc.code)
+			}
+		})
 	}
 }

@@ -20,7 +20,8 @@ import (
 
 // modelConfig is the configuration of the model test: per-value rules of
 // both algorithms, a fixed value that overrides its key's default, a
-// nested rule, a wildcard, an unlimited rule and a limit of 0.
+// nested rule, a wildcard, an unlimited rule, a limit of 0 and a
+// shadow-mode rule.
 const modelConfig = `domain: m
 descriptors:
   - key: a
@@ -42,6 +43,9 @@ descriptors:
     rate_limit: {unlimited: true}
   - key: z
     rate_limit: {unit: second, requests_per_unit: 0}
+  - key: s
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 3}
 `
 
 // modelRule is the reference's reading of modelConfig: which rule a
@@ -52,6 +56,7 @@ type modelRule struct {
 	policy    limiter.Policy
 	unlimited bool
 	zero      bool
+	shadow    bool
 }
 
 func modelRuleOf(entries []Entry) modelRule {
@@ -82,16 +87,22 @@ func modelRuleOf(entries []Entry) modelRule {
 	if _, ok := one("z"); ok {
 		return modelRule{name: "z", zero: true}
 	}
+	if _, ok := one("s"); ok {
+		return modelRule{name: "s", policy: limiter.Policy{Limit: 3, Period: time.Second}, shadow: true}
+	}
 	return modelRule{}
 }
 
 // TestShouldRateLimitMatchesModel drives the service with random requests
 // of one to three descriptors, random hits (0 to check only, or a refund
-// now and then) at random instants, and holds every answer to a
-// brute-force reference: the rule of each descriptor as modelRuleOf reads
-// the configuration, one keystest.Model (the reference GCRA and sliding
-// log) per rule and key, and the request's ordinary descriptors granted
-// all or nothing, each (rule, key) charged the sum of its hits.
+// now and then, of 0 hits too) at random instants, and holds every answer
+// to a brute-force reference: the rule of each descriptor as modelRuleOf
+// reads the configuration, one keystest.Model (the reference GCRA and
+// sliding log) per rule and key, the request's ordinary descriptors
+// granted all or nothing, each (rule, key) charged the sum of its hits,
+// then its shadow-mode descriptors, all or nothing too, only when the
+// request is allowed. Only the ordinary descriptors that a denied request
+// cannot grant answer OVER_LIMIT.
 func TestShouldRateLimitMatchesModel(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 3000) })
@@ -119,7 +130,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x51))
 	vals := []string{"v1", "v2", "vip", "p1", "pq", "q", "x"}
-	keys := []string{"a", "a", "b", "w", "u", "z", "unknown"}
+	keys := []string{"a", "a", "b", "w", "u", "z", "s", "unknown"}
 	var allowed, denied int
 	for step := range steps {
 		if rng.IntN(5) == 0 {
@@ -154,6 +165,10 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				pd.HitsAddend = wrapperspb.UInt64(uint64(d.hits))
 			case 2:
 				d.refund, pd.IsNegativeHits = true, true
+			case 3:
+				// A refund of 0 hits only checks.
+				d.hits = 0
+				pd.HitsAddend, pd.IsNegativeHits = wrapperspb.UInt64(0), true
 			}
 			ds = append(ds, d)
 			req.Descriptors = append(req.Descriptors, pd)
@@ -165,8 +180,8 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		now := clock.Wall().UnixNano()
 
 		// The reference: the ordinary descriptors that hit, summed by rule
-		// and key, all or nothing.
-		sums := make(map[string]int64)
+		// and key, all or nothing; the shadow-mode ones likewise.
+		sums, shadowSums := make(map[string]int64), make(map[string]int64)
 		rules := make(map[string]modelRule)
 		ok := true
 		for _, d := range ds {
@@ -179,13 +194,46 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				continue
 			}
 			id := r.name + "\x00" + Key(d.entries, values(d.entries))
-			sums[id] += d.hits
+			if r.shadow {
+				shadowSums[id] += d.hits
+			} else {
+				sums[id] += d.hits
+			}
 			rules[id] = r
 		}
-		for id, n := range sums {
+		fits := func(id string, n int64) bool {
 			key := strings.SplitN(id, "\x00", 2)[1]
 			av, _ := modelOf(rules[id], key).Available(key, now)
-			ok = ok && n <= keystest.Capacity(rules[id].policy) && av.Remaining >= n
+			return n <= keystest.Capacity(rules[id].policy) && av.Remaining >= n
+		}
+		for id, n := range sums {
+			ok = ok && fits(id, n)
+		}
+		shadowOK := true
+		for id, n := range shadowSums {
+			shadowOK = shadowOK && fits(id, n)
+		}
+		// The code of each descriptor, before anything is charged.
+		wantCodes := make([]rlsv3.RateLimitResponse_Code, len(ds))
+		for i, d := range ds {
+			r := modelRuleOf(d.entries)
+			switch {
+			case r.name == "" || r.unlimited || r.shadow || d.refund || d.hits == 0:
+				wantCodes[i] = rlsv3.RateLimitResponse_OK
+			case r.zero:
+				wantCodes[i] = rlsv3.RateLimitResponse_OVER_LIMIT
+			default:
+				id := r.name + "\x00" + Key(d.entries, values(d.entries))
+				wantCodes[i] = rlsv3.RateLimitResponse_OK
+				if !ok && !fits(id, sums[id]) {
+					wantCodes[i] = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
+			}
+		}
+		for i, st := range resp.Statuses {
+			if st.Code != wantCodes[i] {
+				t.Fatalf("step %d: %v: descriptor %d %v: %v, the model %v", step, req, i, ds[i].entries, st.Code, wantCodes[i])
+			}
 		}
 		want := rlsv3.RateLimitResponse_OK
 		if !ok {
@@ -196,10 +244,15 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		}
 		if ok {
 			allowed++
-			for id, n := range sums {
-				key := strings.SplitN(id, "\x00", 2)[1]
-				if d, _ := modelOf(rules[id], key).Acquire(key, now, n); !d.Allowed {
-					t.Fatalf("step %d: the model denies %s %d, which fit", step, id, n)
+			if !shadowOK {
+				clear(shadowSums)
+			}
+			for _, charged := range []map[string]int64{sums, shadowSums} {
+				for id, n := range charged {
+					key := strings.SplitN(id, "\x00", 2)[1]
+					if d, _ := modelOf(rules[id], key).Acquire(key, now, n); !d.Allowed {
+						t.Fatalf("step %d: the model denies %s %d, which fit", step, id, n)
+					}
 				}
 			}
 		} else {
@@ -211,12 +264,15 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		check := func(refunds bool) {
 			for i, d := range ds {
 				r := modelRuleOf(d.entries)
-				if d.refund != refunds || r.name == "" || r.unlimited || r.zero {
+				if d.refund != refunds || r.name == "" || r.unlimited {
 					continue
 				}
 				st := resp.Statuses[i]
 				key := Key(d.entries, values(d.entries))
-				av, _ := modelOf(r, key).Available(key, now)
+				var av limiter.Availability // a limit of 0 has nothing, ever
+				if !r.zero {
+					av, _ = modelOf(r, key).Available(key, now)
+				}
 				if int64(st.LimitRemaining) != av.Remaining || st.CurrentLimit.GetRequestsPerUnit() != uint32(r.policy.Limit) {
 					t.Fatalf("step %d: %v: descriptor %d %v: %d left of %d, the model %d of %d", step, req, i, d.entries, st.LimitRemaining, st.CurrentLimit.GetRequestsPerUnit(), av.Remaining, r.policy.Limit)
 				}

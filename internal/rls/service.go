@@ -88,8 +88,9 @@ const NearLimitRatio = 0.8
 // counts the hits of every rule in the metric ratelimiter.envoy.hits, by
 // domain, rule (its name, or its place in the tree) and result:
 // within_limit, near_limit (allowed past NearLimitRatio of the limit),
-// over_limit, or shadow_mode (over the limit of a shadow-mode rule, and
-// answered OK).
+// over_limit, shadow_mode (over the limit of a shadow-mode rule, and
+// answered OK), or degraded (decided by the failure mode, the backend
+// being unavailable: nothing is known of the limit).
 func NewService(limiters Limiters, cfg *Config, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -153,6 +154,9 @@ type part struct {
 	// over tells that the descriptor was over its limit, even when its
 	// answer is OK (a shadow-mode rule).
 	over bool
+	// degraded tells that the backend could not decide the descriptor:
+	// its answer follows the failure mode.
+	degraded bool
 }
 
 // neverFits reports whether p's hits can never be granted: its rule has a
@@ -186,10 +190,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			p.status = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		case r.Unlimited:
 			p.status = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		case p.hits == 0:
+			peek = append(peek, p) // a refund of 0 too: it gives nothing back
 		case p.refund:
 			refund = append(refund, p)
-		case p.hits == 0:
-			peek = append(peek, p)
 		case r.ShadowMode:
 			shadow = append(shadow, p)
 		case r.QuotaMode:
@@ -234,9 +238,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		overLimit = overLimit || over == len(quota)
 	}
 	// Shadow rules: decided and reported, but always OK, as
-	// envoyproxy/ratelimit answers them.
+	// envoyproxy/ratelimit answers them. They come last, since only an
+	// allowed request charges them.
 	if len(shadow) > 0 {
-		if _, err := s.decide(ctx, shadow, limiter.Take); err != nil {
+		mode := limiter.Take
+		if overLimit {
+			mode = limiter.Peek // a denied request charges nothing
+		}
+		if _, err := s.decide(ctx, shadow, mode); err != nil {
 			return nil, err
 		}
 		for _, p := range shadow {
@@ -281,10 +290,11 @@ const (
 	nearLimit
 	overLimit
 	shadowMode
+	degraded
 	results
 )
 
-var resultNames = [results]string{"within_limit", "near_limit", "over_limit", "shadow_mode"}
+var resultNames = [results]string{"within_limit", "near_limit", "over_limit", "shadow_mode", "degraded"}
 
 // ruleOptions are the hits metric's options of one rule, by result.
 type ruleOptions [results]metric.AddOption
@@ -317,6 +327,9 @@ func (s *Service) count(ctx context.Context, p *part) {
 	}
 	result := withinLimit
 	switch {
+	case p.degraded:
+		// Neither within nor over: the limit was not consulted.
+		result = degraded
 	case r.ShadowMode && p.over:
 		result = shadowMode
 	case p.status.Code == rlsv3.RateLimitResponse_OVER_LIMIT:
@@ -328,13 +341,15 @@ func (s *Service) count(ctx context.Context, p *part) {
 }
 
 // headers are the draft-11 headers of the parts' rules, one entry per
-// rule with a limit, in the order of the descriptors.
+// rule with a limit, in the order of the descriptors. A degraded part has
+// none, as a degraded answer of the HTTP API has none: what is left is not
+// known.
 func headers(parts []*part) []*corev3.HeaderValue {
 	var policy, value []string
 	seen := make(map[*Rule]bool)
 	for _, p := range parts {
 		st := p.status
-		if p.rule == nil || p.rule.Unlimited || st == nil || st.CurrentLimit == nil || seen[p.rule] {
+		if p.rule == nil || p.rule.Unlimited || p.degraded || st == nil || st.CurrentLimit == nil || seen[p.rule] {
 			continue
 		}
 		seen[p.rule] = true
@@ -416,17 +431,25 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 	items := make([]limiter.Item, 0, len(ps))
 	idx := make([]int, 0, len(ps)) // the part of each item
 	for i, p := range ps {
-		if p.neverFits() {
-			// Reported without a limiter.
-			p.status = &rlsv3.RateLimitResponse_DescriptorStatus{
+		permits := p.hits
+		switch {
+		case permits == 0:
+			permits = 1 // a check only: what one more hit would find
+		case mode == limiter.Refund:
+			permits = min(permits, limiter.MaxLimit) // up to full: no limiter holds more
+		}
+		if p.rule.Limiter.Name == "" || permits > limiter.MaxLimit {
+			// Reported without a limiter: over the limit, unless only
+			// checked or given back, which never deny.
+			st := &rlsv3.RateLimitResponse_DescriptorStatus{
 				Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: currentLimit(p.rule),
 				DurationUntilReset: durationpb.New(p.rule.period()),
 			}
+			if p.hits == 0 || mode == limiter.Refund {
+				st.Code = rlsv3.RateLimitResponse_OK
+			}
+			p.status = st
 			continue
-		}
-		permits := p.hits
-		if permits == 0 {
-			permits = 1 // a check only: what one more hit would find
 		}
 		items = append(items, limiter.Item{Name: p.rule.Limiter.Name, Key: p.key, Permits: permits})
 		idx = append(idx, i)
@@ -437,15 +460,22 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 	v, err := s.limiters.Decide(ctx, items, mode, "")
 	var missing *limiter.MissingError
 	if errors.As(err, &missing) {
+		var perr error
 		for _, p := range ps {
 			if p.rule.Limiter.Name == missing.Name {
-				if _, perr := s.limiters.Put(ctx, p.rule.Limiter); perr != nil {
-					return false, s.failed(perr)
-				}
+				_, perr = s.limiters.Put(ctx, p.rule.Limiter)
 				break
 			}
 		}
+		if perr != nil && !unavailable(perr) {
+			return false, s.failed(perr)
+		}
+		// When the backend could not put it back, the decision made again
+		// cannot reach it either, and follows the failure mode.
 		v, err = s.limiters.Decide(ctx, items, mode, "")
+		if perr != nil && errors.As(err, &missing) {
+			err = perr
+		}
 	}
 	if err != nil {
 		return false, s.failed(err)
@@ -455,6 +485,7 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 	}
 	for k, c := range v.Checks {
 		p := ps[idx[k]]
+		p.degraded = v.Degraded
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: currentLimit(p.rule)}
 		if !v.Degraded {
 			st.LimitRemaining = uint32(min(c.Remaining, math.MaxUint32))
@@ -479,7 +510,7 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 // UNAVAILABLE for the backend (which failure_mode_deny then denies),
 // INTERNAL for anything else, never UNKNOWN, which Envoy lets through.
 func (s *Service) failed(err error) error {
-	if errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+	if unavailable(err) {
 		return status.Error(codes.Unavailable, "the rate limit backend is unavailable")
 	}
 	if errors.Is(err, context.Canceled) {
@@ -487,6 +518,12 @@ func (s *Service) failed(err error) error {
 	}
 	s.opts.Logger.Error("rate limit decision failed", "error", err)
 	return status.Error(codes.Internal, "the decision failed")
+}
+
+// unavailable reports whether err is the backend's: unavailable, or too
+// slow.
+func unavailable(err error) bool {
+	return errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // currentLimit is a rule's limit as the protocol states it.
@@ -521,7 +558,9 @@ func values(entries []Entry) []string {
 
 // override returns the rule of a limit a request sets on a descriptor of
 // domain: a keyed limiter per distinct limit of the domain, put on first
-// use.
+// use. When the backend cannot put it, the rule is returned all the same:
+// its decision cannot reach the backend either, and follows the failure
+// mode; a later request puts it.
 func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateLimitDescriptor_RateLimitOverride) (*Rule, error) {
 	unit := Unit(o.GetUnit())
 	mult := max(1, o.GetUnitMultiplier().GetValue())
@@ -553,9 +592,12 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 		return nil, status.Errorf(codes.ResourceExhausted, "requests have set %d distinct limits, the most the service takes", MaxOverrides)
 	}
 	if _, err := s.limiters.Put(ctx, r.Limiter); err != nil {
-		if errors.Is(err, limiter.ErrTooManyKeys) || errors.Is(err, limiter.ErrTooManyLimiters) {
+		switch {
+		case errors.Is(err, limiter.ErrTooManyKeys) || errors.Is(err, limiter.ErrTooManyLimiters):
 			s.opts.Logger.Warn("a limit set by a request has no room", "rule", r.Path, "error", err)
 			return nil, status.Error(codes.ResourceExhausted, "the limit set has no room among the service's limiters")
+		case unavailable(err):
+			return r, nil
 		}
 		return nil, s.failed(err)
 	}

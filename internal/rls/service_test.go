@@ -82,6 +82,13 @@ func serveWith(t *testing.T, l Limiters, cfg *Config, opts Options) rlsv3.RateLi
 	if err := Apply(t.Context(), l, cfg); err != nil {
 		t.Fatal(err)
 	}
+	return start(t, l, cfg, opts)
+}
+
+// start is serveWith on limiters whose limiters are put already, or
+// cannot be.
+func start(t *testing.T, l Limiters, cfg *Config, opts Options) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -228,6 +235,30 @@ func TestHitsAddend(t *testing.T) {
 		if got := ask(t, c, hits(desc("route", "/a"), 0)).Statuses[0].LimitRemaining; got != 4 {
 			t.Errorf("after refunding 3: %d left, want 4", got)
 		}
+		// A refund of 0 hits gives nothing back: it only checks.
+		zero := hits(desc("route", "/a"), 0)
+		zero.IsNegativeHits = true
+		r = ask(t, c, zero)
+		if wantCodes(t, "refund 0", r, ok, ok); r.Statuses[0].LimitRemaining != 4 {
+			t.Errorf("refunding 0: %d left, want 4", r.Statuses[0].LimitRemaining)
+		}
+		// More hits than any limit refund up to full.
+		all := hits(desc("route", "/a"), math.MaxUint64)
+		all.IsNegativeHits = true
+		r = ask(t, c, all)
+		if wantCodes(t, "refund more than any limit", r, ok, ok); r.Statuses[0].LimitRemaining != 5 {
+			t.Errorf("refunding more than any limit: %d left, want 5", r.Statuses[0].LimitRemaining)
+		}
+		// A check or a refund never denies, on a limit of 0 too: it answers
+		// OK with nothing left.
+		refundBanned := desc("banned", "x")
+		refundBanned.IsNegativeHits = true
+		for what, d := range map[string]*commonv3.RateLimitDescriptor{"check a limit of 0": hits(desc("banned", "x"), 0), "refund a limit of 0": refundBanned} {
+			r := ask(t, c, d, hits(desc("route", "/a"), 0))
+			if wantCodes(t, what, r, ok, ok, ok); r.Statuses[0].LimitRemaining != 0 || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 0 || r.Statuses[0].CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+				t.Errorf("%s: status %v", what, r.Statuses[0])
+			}
+		}
 		wantCodes(t, "more hits than the limit", ask(t, c, hits(desc("route", "/b"), 6)), over, over)
 		wantCodes(t, "more hits than any limit", ask(t, c, hits(desc("route", "/b"), math.MaxUint64)), over, over)
 		if got := ask(t, c, hits(desc("route", "/b"), 0)).Statuses[0].LimitRemaining; got != 5 {
@@ -263,6 +294,19 @@ func TestRules(t *testing.T) {
 		wantCodes(t, "free replaced by trial", ask(t, c, desc("plan", "free"), desc("plan", "trial")), ok, ok, ok)
 		for range 3 {
 			wantCodes(t, "shadow", ask(t, c, desc("shadow", "x")), ok, ok)
+		}
+		// A denied request does not charge its shadow-mode rules either:
+		// they are only checked, and reported.
+		r = ask(t, c, desc("banned", "x"), desc("shadow", "y"))
+		if wantCodes(t, "shadow in a denied request", r, over, over, ok); r.Statuses[1].LimitRemaining != 1 {
+			t.Errorf("shadow in a denied request: %d left, want 1", r.Statuses[1].LimitRemaining)
+		}
+		if got := ask(t, c, hits(desc("shadow", "y"), 0)).Statuses[0].LimitRemaining; got != 1 {
+			t.Errorf("shadow after a denied request: %d left, want 1", got)
+		}
+		wantCodes(t, "shadow allowed", ask(t, c, desc("shadow", "y")), ok, ok)
+		if got := ask(t, c, hits(desc("shadow", "y"), 0)).Statuses[0].LimitRemaining; got != 0 {
+			t.Errorf("shadow after an allowed request: %d left, want 0", got)
 		}
 		for i := range 3 {
 			want := ok
@@ -308,38 +352,65 @@ func TestInvalidRequests(t *testing.T) {
 
 // Without its backend the service answers UNAVAILABLE when it fails
 // closed (Envoy's failure_mode_deny then denies), and OK when it fails
-// open; never UNKNOWN, which Envoy lets through.
+// open; never UNKNOWN, which Envoy lets through. So it does when a
+// limiter must be put first: a limit set by the request, on its first
+// use, and a limiter found missing.
 func TestBackendUnavailable(t *testing.T) {
 	cfg := mustParse(t, testConfig)
-	for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
-		// A Redis store that never connects: every call fails as in an
-		// outage.
-		l := limiter.NewServiceWith(limiterredis.NewLazy(cfg.Limiters(), 0), limiter.ServiceOptions{FailureMode: mode})
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	override := desc("user", "erin")
+	override.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
+	for _, tc := range []struct {
+		name    string
+		d       *commonv3.RateLimitDescriptor
+		limit   uint32 // the limit a fail-open answer states
+		missing bool   // the decision finds the limiter missing
+	}{
+		{"a configured rule", desc("user", "erin"), 3, false},
+		{"a limit set by the request", override, 5, false},
+		{"a limiter found missing", desc("user", "erin"), 3, true},
+	} {
+		for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
+			t.Run(tc.name+"/"+mode.String(), func(t *testing.T) {
+				var l Limiters = unreachable(cfg, mode)
+				if tc.missing {
+					l = &missingOnce{Limiters: l}
+				}
+				r, err := start(t, l, cfg, Options{}).ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{tc.d}})
+				switch {
+				case mode == limiter.FailClosed && status.Code(err) != codes.Unavailable:
+					t.Errorf("got %v %v, want UNAVAILABLE", r, err)
+				case mode == limiter.FailOpen && err != nil:
+					t.Errorf("got %v, want OK", err)
+				case mode == limiter.FailOpen:
+					// A degraded status: OK, the rule's limit, nothing known
+					// of what is left or when.
+					if st := r.Statuses[0]; r.OverallCode != ok || st.Code != ok || st.CurrentLimit.GetRequestsPerUnit() != tc.limit || st.LimitRemaining != 0 || st.DurationUntilReset != nil {
+						t.Errorf("got %v, want OK with a limit of %d", r, tc.limit)
+					}
+				}
+			})
 		}
-		svc, err := NewService(l, cfg, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		rlsv3.RegisterRateLimitServiceServer(srv, svc)
-		go srv.Serve(ln)
-		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "erin")}})
-		switch {
-		case mode == limiter.FailClosed && status.Code(err) != codes.Unavailable:
-			t.Errorf("fail-closed: %v %v, want UNAVAILABLE", r, err)
-		case mode == limiter.FailOpen && (err != nil || r.OverallCode != ok):
-			t.Errorf("fail-open: %v %v, want OK", r, err)
-		}
-		conn.Close()
-		srv.Stop()
 	}
+}
+
+// unreachable returns limiters on a Redis store that never connects: every
+// call fails as in an outage, and decisions follow mode.
+func unreachable(cfg *Config, mode limiter.FailureMode) *limiter.Service {
+	return limiter.NewServiceWith(limiterredis.NewLazy(cfg.Limiters(), 0), limiter.ServiceOptions{FailureMode: mode})
+}
+
+// missingOnce is Limiters whose first decision finds the limiter of its
+// first item missing, as after a delete through the HTTP API.
+type missingOnce struct {
+	Limiters
+	found atomic.Bool
+}
+
+func (m *missingOnce) Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error) {
+	if m.found.CompareAndSwap(false, true) {
+		return limiter.Verdict{}, fmt.Errorf("limiter: decide: %w", &limiter.MissingError{Name: items[0].Name})
+	}
+	return m.Limiters.Decide(ctx, items, mode, once)
 }
 
 // A limit set by the request applies in place of the configuration's, in
@@ -416,23 +487,7 @@ func TestMetricsAndHeaders(t *testing.T) {
 	for range 2 {
 		ask(t, c, desc("shadow", "x")) // 1 allowed (near its limit of 1), 1 over in shadow mode
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(t.Context(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := make(map[string]int64)
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "ratelimiter.envoy.hits" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				rule, _ := dp.Attributes.Value("rule")
-				result, _ := dp.Attributes.Value("result")
-				got[rule.AsString()+" "+result.AsString()] += dp.Value
-			}
-		}
-	}
+	got := hitsCounted(t, reader)
 	want := map[string]int64{
 		"web.user within_limit": 2, "web.user near_limit": 1, "web.user over_limit": 1,
 		"web.shadow near_limit": 1, "web.shadow shadow_mode": 1,
@@ -452,6 +507,47 @@ func TestMetricsAndHeaders(t *testing.T) {
 	if v := h["RateLimit"]; !strings.HasPrefix(v, `"web.user";r=2;t=`) || !strings.Contains(v, `, "free";r=1;t=`) {
 		t.Errorf("RateLimit %q", v)
 	}
+}
+
+// Hits decided without the backend, by the failure mode, are counted as
+// degraded, and answered without headers: nothing is known of the limit
+// they met.
+func TestMetricsDegraded(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	cfg := mustParse(t, testConfig)
+	c := start(t, unreachable(cfg, limiter.FailOpen), cfg, Options{MeterProvider: mp, Headers: true})
+	if h := ask(t, c, desc("user", "ivan")).ResponseHeadersToAdd; len(h) != 0 {
+		t.Errorf("degraded: headers %v, want none", h)
+	}
+	ask(t, c, desc("shadow", "x"))
+	want := map[string]int64{"web.user degraded": 1, "web.shadow degraded": 1}
+	if got := hitsCounted(t, reader); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("hits %v, want %v", got, want)
+	}
+}
+
+// hitsCounted returns what the hits metric counted, by rule and result.
+func hitsCounted(t *testing.T, reader sdkmetric.Reader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]int64)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "ratelimiter.envoy.hits" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				rule, _ := dp.Attributes.Value("rule")
+				result, _ := dp.Attributes.Value("result")
+				got[rule.AsString()+" "+result.AsString()] += dp.Value
+			}
+		}
+	}
+	return got
 }
 
 // Concurrent requests of three descriptors, spread over three services
