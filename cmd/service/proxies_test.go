@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,6 +191,17 @@ func clientFrom(ip string) *http.Client {
 	}
 }
 
+// absoluteFrom is clientFrom(ip) writing the whole URL in its request
+// lines, as a client of a forward proxy does ("POST http://host/login
+// HTTP/1.1"), which a reverse proxy accepts too.
+func absoluteFrom(ip string) *http.Client {
+	c := clientFrom(ip)
+	c.Transport.(*http.Transport).Proxy = func(r *http.Request) (*url.URL, error) {
+		return &url.URL{Scheme: "http", Host: r.URL.Host}, nil
+	}
+	return c
+}
+
 // answer is what a client got through the proxy.
 type answer struct {
 	status            int
@@ -247,6 +259,53 @@ func waitListening(t *testing.T, addr string, cmd *exec.Cmd, exited <-chan struc
 	}
 }
 
+// exampleConfig is examples/forward-auth/ratelimiter.yaml with the deny
+// status p needs.
+func exampleConfig(t *testing.T, p proxy) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(exampleDir, "ratelimiter.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Replace(string(b), "deny_status: 429", "deny_status: "+strconv.Itoa(p.denyStatus), 1)
+}
+
+// behind starts the service, configured by conf and trusting 127.0.0.1,
+// and p in front of it and of an upstream, and returns the service's base
+// URL, the proxy's and the upstream.
+func behind(t *testing.T, p proxy, conf string) (base, url string, up *upstream) {
+	t.Helper()
+	bin := requireTool(t, p.bin)
+	dir := t.TempDir()
+	base, _, _, _ = start(t, []string{"--listen", "127.0.0.1:0", "--grpc-listen", "", "--trusted-proxies", "127.0.0.1"},
+		map[string]string{"RATELIMITER_CONFIG": configFile(t, conf)})
+	service := strings.TrimPrefix(base, "http://")
+	up = newUpstream(t)
+	port := freePort(t)
+	cmd := p.start(t, bin, dir, port, service, up.addr)
+	logPath := filepath.Join(dir, "proxy.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A process group of its own, killed whole: nginx's workers outlive a
+	// killed master.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		logFile.Close()
+	})
+	waitListening(t, "127.0.0.1:"+port, cmd, exited, logPath)
+	return base, "http://127.0.0.1:" + port, up
+}
+
 // TestForwardAuthBehindProxies: through each proxy, a client gets its
 // limit of 5 requests, then 429 with Retry-After from the proxy itself;
 // another client behind the same proxy is limited apart; a client that
@@ -258,40 +317,7 @@ func waitListening(t *testing.T, addr string, cmd *exec.Cmd, exited <-chan struc
 func TestForwardAuthBehindProxies(t *testing.T) {
 	for _, p := range proxies {
 		t.Run(p.name, func(t *testing.T) {
-			bin := requireTool(t, p.bin)
-			dir := t.TempDir()
-			cfg, err := os.ReadFile(filepath.Join(exampleDir, "ratelimiter.yaml"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			conf := strings.Replace(string(cfg), "deny_status: 429", "deny_status: "+strconv.Itoa(p.denyStatus), 1)
-			base, _, _, _ := start(t, []string{"--listen", "127.0.0.1:0", "--grpc-listen", "", "--trusted-proxies", "127.0.0.1"},
-				map[string]string{"RATELIMITER_CONFIG": configFile(t, conf)})
-			service := strings.TrimPrefix(base, "http://")
-			up := newUpstream(t)
-			port := freePort(t)
-			cmd := p.start(t, bin, dir, port, service, up.addr)
-			logPath := filepath.Join(dir, "proxy.log")
-			logFile, err := os.Create(logPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stdout, cmd.Stderr = logFile, logFile
-			// A process group of its own, killed whole: nginx's workers
-			// outlive a killed master.
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(exited) }()
-			t.Cleanup(func() {
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-exited
-				logFile.Close()
-			})
-			waitListening(t, "127.0.0.1:"+port, cmd, exited, logPath)
-			url := "http://127.0.0.1:" + port
+			base, url, up := behind(t, p, exampleConfig(t, p))
 
 			alice, bob, mallory := clientFrom("127.0.0.2"), clientFrom("127.0.0.3"), clientFrom("127.0.0.4")
 			for i := range 5 {
@@ -386,10 +412,87 @@ func TestForwardAuthBehindProxies(t *testing.T) {
 	}
 }
 
+// TestForwardAuthForgedRequestBehindProxies: through each proxy, a client
+// that sends the headers the service reads the original request from
+// (X-Forwarded-Method, X-Original-Method, X-Forwarded-Host,
+// X-Forwarded-Uri, X-Original-URI) is charged by the rules its real
+// method, host and path match, not by those it claims, whether it forges
+// one of them or all: a POST /login claiming to be a GET of /static/x on
+// another host spends the login limit, up to a denial, and a GET /page
+// claiming to be a POST /login does not. Nor does a request line in
+// absolute form ("POST http://host/login") hide the path.
+func TestForwardAuthForgedRequestBehindProxies(t *testing.T) {
+	claim := func(method, host, uri string) []string {
+		return []string{"X-Forwarded-Method", method, "X-Original-Method", method, "X-Forwarded-Host", host,
+			"X-Forwarded-Uri", uri, "X-Original-URI", uri}
+	}
+	tests := []struct {
+		name, method, path string
+		header             []string
+		login              int64 // what the client has left of login after one request
+	}{
+		{"all five, claiming a GET of /static/x elsewhere", http.MethodPost, "/login", claim("GET", "static.example", "/static/x"), 2},
+		{"X-Forwarded-Uri", http.MethodPost, "/login", []string{"X-Forwarded-Uri", "/static/x"}, 2},
+		{"X-Original-URI", http.MethodPost, "/login", []string{"X-Original-URI", "/static/x"}, 2},
+		{"X-Forwarded-Method", http.MethodPost, "/login", []string{"X-Forwarded-Method", "GET"}, 2},
+		{"X-Original-Method", http.MethodPost, "/login", []string{"X-Original-Method", "GET"}, 2},
+		{"X-Forwarded-Host", http.MethodPost, "/login", []string{"X-Forwarded-Host", "static.example"}, 2},
+		{"a GET of /page claiming to be a POST /login", http.MethodGet, "/page", claim("POST", "127.0.0.1", "/login"), 3},
+	}
+	for _, p := range proxies {
+		t.Run(p.name, func(t *testing.T) {
+			// The login rule of the example, for the host the clients ask
+			// for, so that a forged host would escape it too.
+			const login = "{limiter: login, key: client_ip, path_prefix: /login,"
+			conf := exampleConfig(t, p)
+			if !strings.Contains(conf, login) {
+				t.Fatalf("ratelimiter.yaml has no rule %q...", login)
+			}
+			conf = strings.Replace(conf, login, "{limiter: login, key: client_ip, host: 127.0.0.1, path_prefix: /login,", 1)
+			base, url, _ := behind(t, p, conf)
+
+			for i, tt := range tests {
+				ip := "127.0.0." + strconv.Itoa(10+i)
+				if a := send(t, clientFrom(ip), tt.method, url+tt.path, tt.header...); a.status != http.StatusOK {
+					t.Fatalf("%s: got %d %q, want 200", tt.name, a.status, a.body)
+				}
+				if got := remaining(t, base, "login", ip); got != tt.login {
+					t.Errorf("%s: login left to %s: got %d, want %d", tt.name, ip, got, tt.login)
+				}
+				if got := remaining(t, base, "per-ip", ip); got != 4 {
+					t.Errorf("%s: per-ip left to %s: got %d, want 4", tt.name, ip, got)
+				}
+			}
+			// A request line naming the whole URL, which the proxies
+			// accept: its path is still /login.
+			ip := "127.0.0.30"
+			if a := send(t, absoluteFrom(ip), http.MethodPost, url+"/login?next=/"); a.status != http.StatusOK {
+				t.Fatalf("absolute form: got %d %q, want 200", a.status, a.body)
+			}
+			if got := remaining(t, base, "login", ip); got != 2 {
+				t.Errorf("absolute form: login left to %s: got %d, want 2", ip, got)
+			}
+			// The client that forged all five spends its two other
+			// logins; its fourth is denied, by login.
+			c := clientFrom("127.0.0.10")
+			forged := claim("GET", "static.example", "/static/x")
+			for i := range 2 {
+				if a := send(t, c, http.MethodPost, url+"/login", forged...); a.status != http.StatusOK {
+					t.Fatalf("forged login %d: got %d %q, want 200", i+2, a.status, a.body)
+				}
+			}
+			a := send(t, c, http.MethodPost, url+"/login", forged...)
+			if a.status != http.StatusTooManyRequests || !strings.Contains(a.rateLimit, `"login";r=0`) {
+				t.Errorf("forged login 4: got %d, RateLimit %q, want 429 by login", a.status, a.rateLimit)
+			}
+		})
+	}
+}
+
 // TestTraefikExample checks the shape of the Traefik example, which the
 // suite cannot run (see the README): its router goes through a
-// forwardAuth middleware that asks the service's endpoint and hands the
-// RateLimit headers on.
+// forwardAuth middleware that asks the service's endpoint, does not trust
+// the client's X-Forwarded-* headers, and hands the RateLimit headers on.
 func TestTraefikExample(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(exampleDir, "traefik.yml"))
 	if err != nil {
@@ -406,6 +509,7 @@ func TestTraefikExample(t *testing.T) {
 			Middlewares map[string]struct {
 				ForwardAuth *struct {
 					Address             string   `yaml:"address"`
+					TrustForwardHeader  bool     `yaml:"trustForwardHeader"`
 					AuthResponseHeaders []string `yaml:"authResponseHeaders"`
 				} `yaml:"forwardAuth"`
 			} `yaml:"middlewares"`
@@ -428,8 +532,13 @@ func TestTraefikExample(t *testing.T) {
 	fa := cfg.HTTP.Middlewares[router.Middlewares[0]].ForwardAuth
 	if fa == nil || fa.Address != "http://"+exampleService+"/v1/forward-auth" {
 		t.Errorf("forwardAuth: got %+v, want the address http://%s/v1/forward-auth", fa, exampleService)
-	} else if !slices.Contains(fa.AuthResponseHeaders, "RateLimit") || !slices.Contains(fa.AuthResponseHeaders, "RateLimit-Policy") {
-		t.Errorf("authResponseHeaders: got %v, want RateLimit and RateLimit-Policy", fa.AuthResponseHeaders)
+	} else {
+		if !slices.Contains(fa.AuthResponseHeaders, "RateLimit") || !slices.Contains(fa.AuthResponseHeaders, "RateLimit-Policy") {
+			t.Errorf("authResponseHeaders: got %v, want RateLimit and RateLimit-Policy", fa.AuthResponseHeaders)
+		}
+		if fa.TrustForwardHeader {
+			t.Error("trustForwardHeader: got true, want false: the client's X-Forwarded-Uri and -Method would reach the service")
+		}
 	}
 	if s := cfg.HTTP.Services[router.Service].LoadBalancer.Servers; len(s) != 1 || s[0].URL != "http://"+exampleUpstream {
 		t.Errorf("service: got %+v, want the upstream http://%s", s, exampleUpstream)

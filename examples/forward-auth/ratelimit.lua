@@ -26,8 +26,12 @@ core.register_action("ratelimit", {"http-req"}, function(txn)
     url = auth,
     timeout = 1000,
     headers = {
+      -- Only these headers are sent, none of the client's: the client
+      -- cannot claim another method, host or path. pathq, not url: a
+      -- request in absolute form ("POST http://host/login") has a url
+      -- that is no path, which would match no rule by path.
       ["x-forwarded-method"] = {txn.f:method()},
-      ["x-forwarded-uri"] = {txn.f:url()},
+      ["x-forwarded-uri"] = {txn.f:pathq()},
       ["x-forwarded-host"] = {txn.f:req_hdr("host") or ""},
       ["x-forwarded-for"] = {xff},
     },

@@ -70,7 +70,11 @@ func (s *server) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 }
 
 // forwardAuthRequest reads what r's proxy says of the request it asks
-// about. Nothing a proxy forwards from its client is refused by a schema:
+// about: its method, host and path from the headers above, the first
+// found of each (the proxy must set them all, or a client's own would be
+// read), and the client from the forwarding header. X-Forwarded-Proto and
+// Forwarded's proto= and host= are not read: no rule matches on the
+// scheme. Nothing a proxy forwards from its client is refused by a schema:
 // a forwarding header that names no client yields the peer (see
 // forwardauth.ClientIP). The one refusal is a path that a rule needs and
 // the proxy did not send.
@@ -172,9 +176,7 @@ func (f *forwardAnswer) write(w http.ResponseWriter) error {
 		return nil
 	}
 	retry, detail := f.denial()
-	if retry > 0 {
-		h.Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
-	}
+	h.Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
 	if f.status == http.StatusForbidden {
 		// nginx's denial: its auth_request discards the body, and would
 		// close its connection after one.
@@ -191,21 +193,31 @@ func (f *forwardAnswer) write(w http.ResponseWriter) error {
 	return err
 }
 
-// denial returns the Retry-After of a denial, in whole seconds (0 for
-// none), and why it was denied.
+// denial returns the Retry-After of a denial, in whole seconds, and why
+// it was denied. Every denial has one, as proxies and clients expect: a
+// denial that waiting does not end (no rule matches and unmatched
+// requests are denied, or a rule asks more than its limiter can ever
+// hold) and one made without the backend get 1, the least the header
+// says, as no wait is known to help.
 func (f *forwardAnswer) denial() (int64, string) {
 	a := f.a
 	switch {
 	case len(a.Items) == 0:
-		return 0, "No forward_auth rule matches the request, and unmatched requests are denied."
+		return 1, "No forward_auth rule matches the request, and unmatched requests are denied."
 	case a.Degraded():
 		return 1, "The limits could not be checked, and the failure mode is fail-closed."
 	}
-	var over []string
+	var over, never []string
 	for _, c := range a.Verdict.Checks {
-		if !c.Fits {
+		switch {
+		case c.ExceedsCapacity:
+			never = append(never, c.Name)
+		case !c.Fits:
 			over = append(over, c.Name)
 		}
+	}
+	if len(never) > 0 {
+		return 1, fmt.Sprintf("A forward_auth rule asks more of %s than it can ever hold: waiting will not help.", strings.Join(never, ", "))
 	}
 	retry := max(1, int64((a.Verdict.RetryAfter+time.Second-1)/time.Second))
 	return retry, fmt.Sprintf("Over the limit of %s: retry in %d s.", strings.Join(over, ", "), retry)
