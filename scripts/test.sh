@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check the project has and exits non-zero on the first failure:
 #   - formatting, vet, tidy go.mod files, generated-code drift;
-#   - the service's tests under the race detector, and a short fuzzing pass
-#     of every fuzz target;
+#   - the service's tests under the race detector (the forward-auth ones
+#     need nginx, caddy and haproxy), and a short fuzzing pass of every
+#     fuzz target;
 #   - the benchmark harness (bench/), one short round of each comparison
 #     (needs wrk, redis-server, redis-benchmark and nginx);
 #   - the Helm chart: lint, render, strict schema validation, properties;
@@ -79,6 +80,11 @@ drift=$(git status --porcelain -- api internal/gen client)
 [ -z "$drift" ] || { git --no-pager diff --stat -- api internal/gen client; fail "go generate changed generated files: $drift (run go generate ./... and commit)"; }
 
 step "go test -race ./..."
+# The forward-auth tests run real proxies; go test alone would skip them
+# without, and say so only under -v.
+for tool in nginx caddy haproxy; do
+  command -v "$tool" >/dev/null || fail "$tool is not on PATH: the forward-auth tests run it (Debian: apt-get install nginx caddy haproxy)"
+done
 go test -race -count=1 ./...
 
 step "fuzz each target for $fuzztime"
