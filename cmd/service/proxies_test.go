@@ -438,6 +438,10 @@ func TestForwardAuthForgedRequestBehindProxies(t *testing.T) {
 		{"X-Original-Method", http.MethodPost, "/login", []string{"X-Original-Method", "GET"}, 2},
 		{"X-Forwarded-Host", http.MethodPost, "/login", []string{"X-Forwarded-Host", "static.example"}, 2},
 		{"a GET of /page claiming to be a POST /login", http.MethodGet, "/page", claim("POST", "127.0.0.1", "/login"), 3},
+		// The path written otherwise, which the upstream serves as /login.
+		{"/%6Cogin", http.MethodPost, "/%6Cogin", nil, 2},
+		{"//login", http.MethodPost, "//login", nil, 2},
+		{"/x/../login", http.MethodPost, "/x/../login", nil, 2},
 	}
 	for _, p := range proxies {
 		t.Run(p.name, func(t *testing.T) {

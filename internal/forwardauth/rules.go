@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
+	"path"
 	"slices"
 	"strings"
 
@@ -46,8 +48,8 @@ type Rule struct {
 	// or "*." and a domain, matching its subdomains (not the domain
 	// itself).
 	Host string
-	// PathPrefix matches paths that start with it, byte for byte, before
-	// any query.
+	// PathPrefix matches paths that start with it, byte for byte, as the
+	// upstream routes them (see RoutePath).
 	PathPrefix string
 	// Methods are upper-case HTTP methods.
 	Methods []string
@@ -148,10 +150,10 @@ var ErrNoClient = errors.New("forwardauth: no usable client address")
 // order (empty when it matches none).
 func (c Config) Items(req Request) ([]limiter.Item, error) {
 	var items []limiter.Item
-	host := hostOnly(req.Host)
+	host, path := hostOnly(req.Host), RoutePath(req.Path)
 	client := ""
 	for _, r := range c.Rules {
-		if !r.matches(req.Method, host, req.Path) {
+		if !r.matches(req.Method, host, path) {
 			continue
 		}
 		it := limiter.Item{Name: r.Limiter, Permits: r.Permits}
@@ -192,6 +194,32 @@ func (r Rule) matches(method, host, path string) bool {
 		return len(host) > len(d) && strings.EqualFold(host[len(host)-len(d):], d)
 	}
 	return strings.EqualFold(host, r.Host)
+}
+
+// RoutePath returns the path of uri (a path, perhaps with a query, or a
+// URL in absolute form) as an upstream routes it: without its query,
+// percent-decoded, its dot segments and repeated slashes resolved, and a
+// trailing slash kept. So a client that writes /login as /%6Cogin,
+// //login or /x/../login, which the proxy forwards as written and the
+// upstream serves as /login, is matched by a rule for /login. A path that
+// cannot be decoded is matched as it is.
+func RoutePath(uri string) string {
+	p, _, _ := strings.Cut(uri, "?")
+	if !strings.HasPrefix(p, "/") {
+		// The absolute form, scheme://authority/path: its path.
+		if _, rest, ok := strings.Cut(p, "://"); ok {
+			_, p, _ = strings.Cut(rest, "/")
+		}
+		p = "/" + p
+	}
+	if d, err := url.PathUnescape(p); err == nil {
+		p = d
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // hostOnly is host without its port, IPv6 literals without their brackets

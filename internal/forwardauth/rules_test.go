@@ -176,11 +176,17 @@ func TestDecisionsMatchModel(t *testing.T) {
 		svc := NewService(cfg, store, false)
 		used := map[[2]string]int64{}
 		reqHosts := []string{"example.com", "www.example.com:8080", "EXAMPLE.com", "other.org"}
-		reqPaths := []string{"/", "/api/", "/api/v2/x", "/s", "/search"}
+		// Paths as a client writes them, and as the upstream routes
+		// them, which the model matches.
+		reqPaths := []struct{ written, routed string }{
+			{"/", "/"}, {"/api/", "/api/"}, {"/api/v2/x", "/api/v2/x"}, {"/s", "/s"}, {"/search", "/search"},
+			{"/%61pi/", "/api/"}, {"//api/v2/x", "/api/v2/x"}, {"/s/../api/v2/x?y", "/api/v2/x"}, {"/./s", "/s"}, {"/%73earch", "/search"},
+		}
 		clients := []string{"203.0.113.7", "203.0.113.8", "2001:db8::1", "2001:db8::2:1"}
 		for step := range 400 {
+			path := reqPaths[rng.IntN(len(reqPaths))]
 			req := Request{
-				Method: []string{"GET", "POST"}[rng.IntN(2)], Host: reqHosts[rng.IntN(4)], Path: reqPaths[rng.IntN(5)],
+				Method: []string{"GET", "POST"}[rng.IntN(2)], Host: reqHosts[rng.IntN(4)], Path: path.written,
 				Client: netip.MustParseAddr(clients[rng.IntN(4)]),
 			}
 			user := []string{"", "alice", "bob"}[rng.IntN(3)]
@@ -188,8 +194,10 @@ func TestDecisionsMatchModel(t *testing.T) {
 			// The model.
 			want := map[[2]string]int64{}
 			matched := false
+			routed := req
+			routed.Path = path.routed
 			for _, r := range cfg.Rules {
-				if !refMatches(r, req) {
+				if !refMatches(r, routed) {
 					continue
 				}
 				key := ""
@@ -253,5 +261,33 @@ func TestDecisionsMatchModel(t *testing.T) {
 	}
 	if denied < 100 || granted < 100 {
 		t.Errorf("%d requests granted and %d denied: too few of one for the test to mean anything", granted, denied)
+	}
+}
+
+// A path is matched as the upstream routes it, however the client wrote
+// it.
+func TestRoutePath(t *testing.T) {
+	for uri, want := range map[string]string{
+		"/login":                     "/login",
+		"/login?next=/admin":         "/login",
+		"/%6Cogin":                   "/login",
+		"/%6cogin/form":              "/login/form",
+		"//login":                    "/login",
+		"/x/../login":                "/login",
+		"/%2e%2e/login":              "/login",
+		"/./login":                   "/login",
+		"/api/":                      "/api/",
+		"/api//v1/":                  "/api/v1/",
+		"/":                          "/",
+		"":                           "/",
+		"login":                      "/login",
+		"http://example.com/login?x": "/login",
+		"https://example.com":        "/",
+		"/login%zz":                  "/login%zz", // not decodable: as it is
+		"/a%2Fb":                     "/a/b",
+	} {
+		if got := RoutePath(uri); got != want {
+			t.Errorf("RoutePath(%q) = %q, want %q", uri, got, want)
+		}
 	}
 }
