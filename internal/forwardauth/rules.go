@@ -116,6 +116,10 @@ func (c Config) Check(defs map[string]limiter.Definition) error {
 			return fmt.Errorf("forward_auth: rule %d: no header to key by", i+1)
 		case r.Host != "" && strings.Contains(strings.TrimPrefix(r.Host, "*."), "*"):
 			return fmt.Errorf("forward_auth: rule %d: host %q: a wildcard only as a leading \"*.\"", i+1, r.Host)
+		case r.PathPrefix != "" && RoutePath(r.PathPrefix) != r.PathPrefix:
+			// A path is matched as the upstream routes it: a prefix
+			// written otherwise would never match.
+			return fmt.Errorf("forward_auth: rule %d: path_prefix %q would never match: write it as the upstream routes it, %q", i+1, r.PathPrefix, RoutePath(r.PathPrefix))
 		}
 		for _, m := range r.Methods {
 			if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t/") {

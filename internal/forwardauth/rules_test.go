@@ -97,6 +97,10 @@ func TestConfigCheck(t *testing.T) {
 		{"more than the capacity", "can ever hold, 5, got 6", func(c *Config) { c.Rules[1].Permits = 6 }},
 		{"a wildcard inside", "wildcard", func(c *Config) { c.Rules[0].Host = "a.*.com" }},
 		{"a lower-case method", "upper-case", func(c *Config) { c.Rules[0].Methods = []string{"get"} }},
+		{"a query in a path", `write it as the upstream routes it, "/search"`, func(c *Config) { c.Rules[0].PathPrefix = "/search?q=" }},
+		{"a path encoded", `"/a b"`, func(c *Config) { c.Rules[0].PathPrefix = "/a%20b" }},
+		{"a path with a dot segment", `"/login"`, func(c *Config) { c.Rules[0].PathPrefix = "/x/../login" }},
+		{"a relative path", `"/api/"`, func(c *Config) { c.Rules[0].PathPrefix = "api/" }},
 		{"deny status", "429 or 403", func(c *Config) { c.DenyStatus = 500 }},
 		{"both ways to trust", "not both", func(c *Config) {
 			c.ClientIP = ClientIP{Hops: 1, Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}

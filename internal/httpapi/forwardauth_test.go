@@ -198,9 +198,7 @@ func TestForwardAuthHeaderPrecedence(t *testing.T) {
 		{Limiter: "deletes", Key: forwardauth.ByRoute, Methods: []string{http.MethodDelete}, Permits: 1},
 		{Limiter: "api-host", Key: forwardauth.ByRoute, Host: "api.example.com", Permits: 1},
 		{Limiter: "admin", Key: forwardauth.ByRoute, PathPrefix: "/admin", Permits: 1},
-		// A prefix that runs into a query never matches: the query is not
-		// part of the path.
-		{Limiter: "search-query", Key: forwardauth.ByRoute, PathPrefix: "/search?q=", Permits: 1},
+		{Limiter: "search", Key: forwardauth.ByRoute, PathPrefix: "/search/", Permits: 1},
 	}}
 	e := newForwardEnv(t, cfg, nil, false)
 	group := "edge"
@@ -237,7 +235,9 @@ func TestForwardAuthHeaderPrecedence(t *testing.T) {
 		{"X-Original-URI without X-Forwarded-Uri", http.MethodGet, host,
 			[]string{"X-Original-URI", "/admin/users"}, []string{"admin"}},
 		{"the query is not part of the path", http.MethodGet, host,
-			[]string{"X-Forwarded-Uri", "/search?q=x"}, nil},
+			[]string{"X-Forwarded-Uri", "/search?/x"}, nil},
+		{"the path as the upstream routes it", http.MethodGet, host,
+			[]string{"X-Forwarded-Uri", "/%73earch//x/../y"}, []string{"search"}},
 		{"a query after a matching path", http.MethodGet, host,
 			[]string{"X-Forwarded-Uri", "/admin?next=/"}, []string{"admin"}},
 		{"everything at once", http.MethodPost, host,
