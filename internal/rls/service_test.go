@@ -178,8 +178,10 @@ func TestShouldRateLimit(t *testing.T) {
 			if st.LimitRemaining != uint32(2-i) || st.CurrentLimit.GetRequestsPerUnit() != 3 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
 				t.Errorf("alice %d: status %v", i, st)
 			}
-			if d := st.DurationUntilReset.AsDuration(); d <= 0 || d > time.Hour {
-				t.Errorf("alice %d: duration until reset %s", i, d)
+			// Until the key is full again: 20 minutes for each permit
+			// taken (GCRA, 3 an hour), less the moments since.
+			if d, want := st.DurationUntilReset.AsDuration(), time.Duration(i+1)*20*time.Minute; d <= want-time.Minute || d > want {
+				t.Errorf("alice %d: duration until reset %s, want the time until full again, %s", i, d, want)
 			}
 		}
 		r := ask(t, c, desc("user", "alice"))
@@ -282,9 +284,15 @@ func TestRules(t *testing.T) {
 		if wantCodes(t, "unlimited", r, ok, ok); r.Statuses[0].LimitRemaining != math.MaxUint32 {
 			t.Errorf("unlimited: %d left", r.Statuses[0].LimitRemaining)
 		}
-		unknown, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "elsewhere", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "alice")}})
-		if err != nil || unknown.OverallCode != ok {
-			t.Errorf("unknown domain: %v %v", unknown, err)
+		unknown, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "elsewhere", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "alice"), desc("route", "/")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCodes(t, "unknown domain", unknown, ok, ok, ok)
+		for i, st := range unknown.Statuses {
+			if st.CurrentLimit != nil || st.LimitRemaining != 0 || st.DurationUntilReset != nil {
+				t.Errorf("unknown domain, descriptor %d: %v, want OK with no limit", i, st)
+			}
 		}
 		// free allows 2 a day alone; with trial, which replaces it, 10.
 		for range 2 {
