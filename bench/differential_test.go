@@ -15,6 +15,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // differentialConfig is the configuration both services run in
@@ -109,7 +110,8 @@ func TestDifferentialEnvoy(t *testing.T) {
 	}
 	theirs, ours := clientOf(envoyGRPC), clientOf(addrs[1])
 
-	// ask sends the request to both and returns their answers.
+	var send func(*rlsv3.RateLimitRequest) (e, o *rlsv3.RateLimitResponse)
+	// ask sends both the request of hits for the descriptors kvs.
 	ask := func(hits uint32, kvs ...[]string) (e, o *rlsv3.RateLimitResponse) {
 		t.Helper()
 		req := &rlsv3.RateLimitRequest{Domain: "diff", HitsAddend: hits}
@@ -120,6 +122,11 @@ func TestDifferentialEnvoy(t *testing.T) {
 			}
 			req.Descriptors = append(req.Descriptors, d)
 		}
+		return send(req)
+	}
+	// send sends req to both and returns their answers.
+	send = func(req *rlsv3.RateLimitRequest) (e, o *rlsv3.RateLimitResponse) {
+		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var err error
@@ -152,6 +159,7 @@ func TestDifferentialEnvoy(t *testing.T) {
 		}
 	}
 
+	over := rlsv3.RateLimitResponse_OVER_LIMIT
 	// Every rule, one hit at a time, to past its limit: the same.
 	for _, rule := range []struct {
 		kv    []string
@@ -177,6 +185,11 @@ func TestDifferentialEnvoy(t *testing.T) {
 		e, o = ask(1, []string{"r", "base"}, []string{"r", "premium"})
 		same(fmt.Sprintf("replaces, %d", i), e, o)
 	}
+	// The rule that replaces the other, to past its limit: the same.
+	for i := 3; i < 12; i++ {
+		e, o := ask(1, []string{"r", "base"}, []string{"r", "premium"})
+		same(fmt.Sprintf("replaces, %d", i), e, o)
+	}
 
 	// Documented difference: hits over the limit are not counted. 3 of 5,
 	// then 3 more (denied by both), then 2: envoy ratelimit counted the
@@ -192,6 +205,17 @@ func TestDifferentialEnvoy(t *testing.T) {
 		t.Errorf("2 more: envoy ratelimit %s, ratelimiter %s; want envoy over, ratelimiter granting the last 2", summary(e), summary(o))
 	}
 
+	// Documented difference: a check (a descriptor's hits_addend of 0)
+	// of a key past its limit. envoy ratelimit, which counted the denied
+	// hits, answers OVER_LIMIT; the service, full, answers OK with 0 left.
+	e, o = send(&rlsv3.RateLimitRequest{Domain: "diff", Descriptors: []*commonv3.RateLimitDescriptor{{
+		Entries:    []*commonv3.RateLimitDescriptor_Entry{{Key: "a", Value: "k2"}},
+		HitsAddend: wrapperspb.UInt64(0),
+	}}})
+	if e.OverallCode != over || o.OverallCode != rlsv3.RateLimitResponse_OK || o.Statuses[0].Code != rlsv3.RateLimitResponse_OK || o.Statuses[0].LimitRemaining != 0 {
+		t.Errorf("a check of a key past its limit: envoy ratelimit %s, ratelimiter %s; want envoy over, ratelimiter OK with 0 left", summary(e), summary(o))
+	}
+
 	// Documented difference: all or nothing. a (5) and b (3) together:
 	// the 4th request is over b's limit on both; envoy ratelimit charged a
 	// anyway, the service did not.
@@ -200,7 +224,6 @@ func TestDifferentialEnvoy(t *testing.T) {
 		same(fmt.Sprintf("a and b, %d", i+1), e, o)
 	}
 	e, o = ask(1, []string{"a", "k3"}, []string{"b", "k3"})
-	over := rlsv3.RateLimitResponse_OVER_LIMIT
 	if e.OverallCode != over || o.OverallCode != over || e.Statuses[1].Code != over || o.Statuses[1].Code != over {
 		t.Errorf("a and b, 4th: envoy ratelimit %s, ratelimiter %s; want both over b's limit", summary(e), summary(o))
 	}
