@@ -46,6 +46,10 @@ type proxy struct {
 	bin  string // its executable, looked up on PATH
 	// denyStatus is what the service must answer a denial with for it.
 	denyStatus int
+	// allowedHeaders tells that its example gives the client the
+	// RateLimit headers of an allowed request too (Caddy's copies them
+	// onto the request it forwards only).
+	allowedHeaders bool
 	// start writes its configuration into dir and starts it, listening on
 	// port, asking service, forwarding to upstream.
 	start func(t *testing.T, bin, dir, port, service, upstream string) *exec.Cmd
@@ -73,7 +77,7 @@ func write(t *testing.T, path, content string) {
 }
 
 var proxies = []proxy{
-	{name: "nginx", bin: "nginx", denyStatus: http.StatusForbidden,
+	{name: "nginx", bin: "nginx", denyStatus: http.StatusForbidden, allowedHeaders: true,
 		start: func(t *testing.T, bin, dir, port, service, upstream string) *exec.Cmd {
 			write(t, filepath.Join(dir, "app.conf"), example(t, "nginx.conf", port, service, upstream))
 			temp := func(name string) string { return filepath.Join(dir, name) }
@@ -102,7 +106,7 @@ http {
 			cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
 			return cmd
 		}},
-	{name: "HAProxy", bin: "haproxy", denyStatus: http.StatusTooManyRequests,
+	{name: "HAProxy", bin: "haproxy", denyStatus: http.StatusTooManyRequests, allowedHeaders: true,
 		start: func(t *testing.T, bin, dir, port, service, upstream string) *exec.Cmd {
 			lua := filepath.Join(dir, "ratelimit.lua")
 			write(t, lua, example(t, "ratelimit.lua", port, service, upstream))
@@ -307,7 +311,8 @@ func behind(t *testing.T, p proxy, conf string) (base, url string, up *upstream)
 }
 
 // TestForwardAuthBehindProxies: through each proxy, a client gets its
-// limit of 5 requests, then 429 with Retry-After from the proxy itself;
+// limit of 5 requests (with the RateLimit headers, where the example
+// gives them), then 429 with Retry-After from the proxy itself;
 // another client behind the same proxy is limited apart; a client that
 // forges X-Forwarded-For, Forwarded or many addresses is still limited as
 // itself, and cannot spend another client's limit; the upstream sees
@@ -324,6 +329,13 @@ func TestForwardAuthBehindProxies(t *testing.T) {
 				a := send(t, alice, http.MethodGet, url+"/page")
 				if a.status != http.StatusOK || a.body != "hello\n" {
 					t.Fatalf("alice's request %d: got %d %q, want 200 from the upstream", i+1, a.status, a.body)
+				}
+				want := ""
+				if p.allowedHeaders {
+					want = fmt.Sprintf(`"per-ip";r=%d;`, 4-i)
+				}
+				if !strings.HasPrefix(a.rateLimit, want) || want == "" && a.rateLimit != "" {
+					t.Errorf("alice's request %d: RateLimit %q, want it to start %q", i+1, a.rateLimit, want)
 				}
 			}
 			denied := send(t, alice, http.MethodGet, url+"/page")
