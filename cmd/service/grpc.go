@@ -99,10 +99,11 @@ func stopGRPC(ctx context.Context, srv *grpc.Server) bool {
 // child of the W3C trace context its caller sent, as the HTTP API's
 // requests do; health checks get none, as the HTTP probes get none. With
 // tracing off it is none. It is written here rather than taken from
-// otelgrpc, whose stats handler also measures every call and cost a third
-// more per call with 1% of calls sampled, where this costs the sampled-out
-// call about what the HTTP API's tracing costs it (see
-// BenchmarkGRPCTelemetry).
+// otelgrpc, whose stats handler also measures every call, and it is an
+// interceptor rather than a stats handler, for which grpc-go builds an
+// event at each stage of every call: with 1% of calls sampled, otelgrpc's
+// handler added 5.4 µs to a call, one of the service's own 3.8 µs, and
+// this 1.9 µs (see BenchmarkGRPCTelemetry and docs/performance.md).
 func grpcTelemetry(tp trace.TracerProvider) []grpc.ServerOption {
 	if _, off := tp.(tracenoop.TracerProvider); off {
 		return nil

@@ -267,7 +267,7 @@ func TestGRPCReload(t *testing.T) {
 // With tracing on, a ShouldRateLimit call leaves a server span, a child
 // of the trace its caller propagated, with OpenTelemetry's RPC attributes;
 // a refused request is no error of the server's; a call its caller did
-// not sample and a health check leave none.
+// not sample, a health check and a call of an unknown method leave none.
 func TestGRPCTracing(t *testing.T) {
 	// The propagator the service sets (see internal/telemetry).
 	prev := otel.GetTextMapPropagator()
@@ -296,8 +296,18 @@ func TestGRPCTracing(t *testing.T) {
 	if _, err := rl.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Descriptors: benchRequest.Descriptors}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("no domain: %v, want INVALID_ARGUMENT", err)
 	}
+	// A method the server does not have leaves none: the names of spans
+	// are the server's own.
+	if err := conn.Invoke(ctx, "/no.such.Service/Method", benchRequest, new(rlsv3.RateLimitResponse)); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("an unknown method: %v, want UNIMPLEMENTED", err)
+	}
 
-	// The server spans end before the answers are sent.
+	// A server span ends as its call ends, after the answer is sent.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rec.Ended()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // for any span that should not be there
 	spans := rec.Ended()
 	var names []string
 	for _, s := range spans {
