@@ -186,9 +186,12 @@ func BenchmarkForwardAuthHTTP(b *testing.B) {
 			for b.Loop() {
 				req := httptest.NewRequest(http.MethodGet, "/v1/forward-auth", nil)
 				req.RemoteAddr = "127.0.0.1:40000"
-				req.Header.Set("X-Original-Uri", "/")
-				req.Header.Set("X-Original-Method", "GET")
+				// The headers of examples/forward-auth/nginx.conf.
+				req.Header.Set("X-Forwarded-Method", "GET")
 				req.Header.Set("X-Forwarded-Host", "localhost")
+				req.Header.Set("X-Forwarded-Uri", "/")
+				req.Header.Set("X-Original-Method", "GET")
+				req.Header.Set("X-Original-Uri", "/")
 				req.Header.Set("X-Forwarded-For", "203.0.113.7")
 				rec := httptest.NewRecorder()
 				bc.h.ServeHTTP(rec, req)
