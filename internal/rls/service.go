@@ -65,7 +65,16 @@ type Service struct {
 	options  atomic.Pointer[sync.Map] // *Rule → *ruleOptions: see optionsOf
 
 	mu        sync.Mutex
-	overrides map[string]*Rule // by limiter name, once its limiter was put
+	overrides map[string]*Rule            // by limiter name, once its limiter was put
+	pending   map[string]*pendingOverride // by limiter name, while its limiter is put
+}
+
+// pendingOverride is the put of a limit's limiter, which the requests
+// that set the same limit meanwhile wait for, and no other request does.
+type pendingOverride struct {
+	done chan struct{} // closed once rule and err are set
+	rule *Rule
+	err  error
 }
 
 // Options configure a Service.
@@ -104,7 +113,7 @@ func NewService(limiters Limiters, cfg *Config, opts Options) (*Service, error) 
 	if err != nil {
 		return nil, fmt.Errorf("rls: create ratelimiter.envoy.hits: %w", err)
 	}
-	s := &Service{limiters: limiters, opts: opts, hits: hits, overrides: make(map[string]*Rule)}
+	s := &Service{limiters: limiters, opts: opts, hits: hits, overrides: make(map[string]*Rule), pending: make(map[string]*pendingOverride)}
 	s.SetConfig(cfg)
 	return s, nil
 }
@@ -583,24 +592,50 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 		Name: limiterName(domain, r.Path), Group: groupName(domain), Keyed: true, MaxKeys: OverrideMaxKeys,
 		Policy: limiter.Policy{Limit: int64(r.RequestsPerUnit), Period: period}.Normalize(),
 	}
+	name := r.Limiter.Name
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if known, ok := s.overrides[r.Limiter.Name]; ok {
+	if known, ok := s.overrides[name]; ok {
+		s.mu.Unlock()
 		return known, nil
 	}
-	if len(s.overrides) >= MaxOverrides {
+	if p, ok := s.pending[name]; ok {
+		s.mu.Unlock()
+		select {
+		case <-p.done:
+			return p.rule, p.err
+		case <-ctx.Done():
+			return nil, s.failed(ctx.Err())
+		}
+	}
+	if len(s.overrides)+len(s.pending) >= MaxOverrides {
+		s.mu.Unlock()
 		return nil, status.Errorf(codes.ResourceExhausted, "requests have set %d distinct limits, the most the service takes", MaxOverrides)
 	}
-	if _, err := s.limiters.Put(ctx, r.Limiter); err != nil {
-		switch {
-		case errors.Is(err, limiter.ErrTooManyKeys) || errors.Is(err, limiter.ErrTooManyLimiters):
-			s.opts.Logger.Warn("a limit set by a request has no room", "rule", r.Path, "error", err)
-			return nil, status.Error(codes.ResourceExhausted, "the limit set has no room among the service's limiters")
-		case unavailable(err):
-			return r, nil
-		}
-		return nil, s.failed(err)
+	// The limiter is put without the lock, which a backend that does not
+	// answer would otherwise hold for every request that sets a limit; and
+	// whatever becomes of this request, since others may wait for the put
+	// (the backend bounds it with its own timeout).
+	p := &pendingOverride{done: make(chan struct{})}
+	s.pending[name] = p
+	s.mu.Unlock()
+	_, err := s.limiters.Put(context.WithoutCancel(ctx), r.Limiter)
+	p.rule = r
+	switch {
+	case err == nil:
+	case errors.Is(err, limiter.ErrTooManyKeys) || errors.Is(err, limiter.ErrTooManyLimiters):
+		s.opts.Logger.Warn("a limit set by a request has no room", "rule", r.Path, "error", err)
+		p.rule, p.err = nil, status.Error(codes.ResourceExhausted, "the limit set has no room among the service's limiters")
+	case unavailable(err):
+		// Not remembered: a later request puts it.
+	default:
+		p.rule, p.err = nil, s.failed(err)
 	}
-	s.overrides[r.Limiter.Name] = r
-	return r, nil
+	s.mu.Lock()
+	delete(s.pending, name)
+	if err == nil {
+		s.overrides[name] = r
+	}
+	s.mu.Unlock()
+	close(p.done)
+	return p.rule, p.err
 }

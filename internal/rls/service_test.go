@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -419,6 +420,93 @@ func (m *missingOnce) Decide(ctx context.Context, items []limiter.Item, mode lim
 		return limiter.Verdict{}, fmt.Errorf("limiter: decide: %w", &limiter.MissingError{Name: items[0].Name})
 	}
 	return m.Limiters.Decide(ctx, items, mode, once)
+}
+
+// While the limiter of a new limit is being put, requests with a limit
+// already put are answered, and those with the same new limit wait for
+// that one put rather than making their own.
+func TestLimitOverridePutDoesNotBlock(t *testing.T) {
+	cfg := mustParse(t, testConfig)
+	l := &slowPut{Limiters: limiter.NewService(memory.New(nil, 0)), release: make(chan struct{}), started: make(chan struct{}, 8)}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(l.release) }) }
+	c := serve(t, l, cfg)
+	t.Cleanup(release) // a put still hanging when the test fails, before the server stops
+	withLimit := func(n uint32) *commonv3.RateLimitDescriptor {
+		d := desc("user", "heidi")
+		d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: typev3.RateLimitUnit_MINUTE}
+		return d
+	}
+	// A limit of 2 is put at once.
+	wantCodes(t, "a limit of 2", ask(t, c, withLimit(2)), ok, ok)
+
+	// The put of a limit of 3 hangs; two requests set it.
+	l.block.Store(true)
+	answers := make(chan *rlsv3.RateLimitResponse, 2)
+	for range 2 {
+		go func() {
+			resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{withLimit(3)}})
+			if err != nil {
+				t.Errorf("a limit of 3: %v", err)
+			}
+			answers <- resp
+		}()
+	}
+	select {
+	case <-l.started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the limiter of a limit of 3 was never put")
+	}
+	// Meanwhile the limit of 2 is answered.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wantCodes(t, "a limit of 2, while another is put", ask(t, c, withLimit(2)), ok, ok)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request with a limit already put waited for the put of another")
+	}
+	release()
+	for range 2 {
+		select {
+		case r := <-answers:
+			if r != nil && r.OverallCode != ok {
+				t.Errorf("a limit of 3: %v", r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a request with a limit of 3 never answered")
+		}
+	}
+	if n := l.overridePuts.Load(); n != 2 {
+		t.Errorf("%d puts of a limit's limiter, want 2: one per limit", n)
+	}
+	if got := ask(t, c, hits(withLimit(3), 0)).Statuses[0].LimitRemaining; got != 1 {
+		t.Errorf("a limit of 3 after two requests: %d left, want 1", got)
+	}
+}
+
+// slowPut is Limiters whose puts, once block is set, hang until release
+// is closed, each telling started first; it counts the puts of the
+// limiters of limits set by requests.
+type slowPut struct {
+	Limiters
+	block        atomic.Bool
+	release      chan struct{}
+	started      chan struct{}
+	overridePuts atomic.Int64
+}
+
+func (s *slowPut) Put(ctx context.Context, def limiter.Definition) (bool, error) {
+	if strings.Contains(def.Name, "override") {
+		s.overridePuts.Add(1)
+	}
+	if s.block.Load() {
+		s.started <- struct{}{}
+		<-s.release
+	}
+	return s.Limiters.Put(ctx, def)
 }
 
 // A limit set by the request applies in place of the configuration's, in
