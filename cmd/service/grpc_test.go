@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/http"
@@ -28,7 +29,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimiter/ratelimiter/internal/redistest"
 	"github.com/ratelimiter/ratelimiter/internal/rls"
@@ -187,36 +187,26 @@ func TestGRPCReload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rule := func(limit int) string {
-		return fmt.Sprintf("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", limit)
-	}
-	write(rule(2))
+	write(userRule(2))
 	_, stderr, _, _ := start(t, []string{"--listen", "127.0.0.1:0", "--envoy-config", dir}, nil)
 	rl := rlsv3.NewRateLimitServiceClient(dial(t, stderr))
-	limitOf := func() uint32 {
-		t.Helper()
-		resp, err := rl.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
-			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "carol"}}, HitsAddend: wrapperspb.UInt64(0)},
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	ask := func(ctx context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		return rl.ShouldRateLimit(ctx, r)
 	}
 	waitLimit := func(want uint32) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
-		for limitOf() != want {
+		for limitOf(t, ask) != want {
 			if time.Now().After(deadline) {
-				t.Fatalf("limit %d, want %d after a reload", limitOf(), want)
+				t.Fatalf("limit %d, want %d after a reload", limitOf(t, ask), want)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	if got := limitOf(); got != 2 {
+	if got := limitOf(t, ask); got != 2 {
 		t.Fatalf("limit %d, want 2", got)
 	}
-	write(rule(5))
+	write(userRule(5))
 	waitLimit(5)
 
 	write("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
@@ -229,13 +219,13 @@ func TestGRPCReload(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got := limitOf(); got != 5 {
+	if got := limitOf(t, ask); got != 5 {
 		t.Errorf("after a broken file: limit %d, want 5 still", got)
 	}
 
 	// SIGHUP reloads at once, even files that did not change, which the
 	// watcher leaves alone: one more reload is logged after the signal.
-	write(rule(7))
+	write(userRule(7))
 	waitLimit(7)
 	reloads := func() int {
 		n := 0

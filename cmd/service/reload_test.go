@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,10 +24,7 @@ import (
 func TestReloadSeesAChangeMadeBeforeItStarts(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "envoy.yaml")
-	rule := func(limit int) []byte {
-		return fmt.Appendf(nil, "domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", limit)
-	}
-	if err := os.WriteFile(path, rule(2), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(userRule(2)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load([]string{"--envoy-config", path}, func(string) string { return "" })
@@ -51,7 +49,7 @@ func TestReloadSeesAChangeMadeBeforeItStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, rule(5), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(userRule(5)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chtimes(path, info.ModTime(), info.ModTime()); err != nil {
@@ -61,18 +59,28 @@ func TestReloadSeesAChangeMadeBeforeItStarts(t *testing.T) {
 	r := &reloader{cfg: cfg, b: b, svc: svc, logger: logger}
 	go r.run(t.Context(), nil)
 	deadline := time.Now().Add(3 * reloadInterval)
-	for limitOf(t, svc) != 5 {
+	ask := func(ctx context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		return svc.ShouldRateLimit(ctx, r)
+	}
+	for limitOf(t, ask) != 5 {
 		if time.Now().After(deadline) {
-			t.Fatalf("limit %d, want 5: the change was not reloaded", limitOf(t, svc))
+			t.Fatalf("limit %d, want 5: the change was not reloaded", limitOf(t, ask))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// limitOf returns the limit svc states for user carol of domain web.
-func limitOf(t *testing.T, svc *rls.Service) uint32 {
+// userRule is an Envoy configuration of domain web with one rule, a
+// limit a minute per user.
+func userRule(limit int) string {
+	return fmt.Sprintf("domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", limit)
+}
+
+// limitOf returns the limit that ask answers for user carol of domain web,
+// by a check that charges nothing.
+func limitOf(t *testing.T, ask func(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)) uint32 {
 	t.Helper()
-	resp, err := svc.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
+	resp, err := ask(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
 		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "carol"}}, HitsAddend: wrapperspb.UInt64(0)},
 	}})
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -199,26 +198,19 @@ type (
 // holds one domain per YAML document. It refuses the whole configuration
 // at its first error, with the file and line.
 func Load(path string) (*Config, error) {
-	files, err := Files(path)
+	files, err := read(path)
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{domains: make(map[string]*node)}
-	d := sha256.New()
+	c := &Config{domains: make(map[string]*node), Digest: sum(files)}
 	for _, f := range files {
-		data, err := readFile(f)
-		if err != nil {
-			return nil, err
-		}
-		digestFile(d, f, data)
-		if err := c.add(f, data); err != nil {
+		if err := c.add(f.name, f.data); err != nil {
 			return nil, err
 		}
 	}
 	if err := c.checkKeys(); err != nil {
 		return nil, err
 	}
-	c.Digest = hex.EncodeToString(d.Sum(nil))
 	return c, nil
 }
 
@@ -227,31 +219,50 @@ func Load(path string) (*Config, error) {
 // Load would read from them, and differs once a file is added, removed or
 // changed, however quickly and whatever its modification time.
 func Digest(path string) (string, error) {
-	files, err := Files(path)
+	files, err := read(path)
 	if err != nil {
 		return "", err
 	}
-	d := sha256.New()
-	for _, f := range files {
-		data, err := readFile(f)
-		if err != nil {
-			return "", err
-		}
-		digestFile(d, f, data)
-	}
-	return hex.EncodeToString(d.Sum(nil)), nil
+	return sum(files), nil
 }
 
-// digestFile adds one file to a digest, its name and content each
-// preceded by its length so that no two sets of files sum alike.
-func digestFile(d hash.Hash, name string, data []byte) {
+// file is one file of a configuration, as read.
+type file struct {
+	name string
+	data []byte
+}
+
+// read reads the files of the configuration at path (see Files).
+func read(path string) ([]file, error) {
+	names, err := Files(path)
+	if err != nil {
+		return nil, err
+	}
+	files := make([]file, len(names))
+	for i, name := range names {
+		data, err := readFile(name)
+		if err != nil {
+			return nil, err
+		}
+		files[i] = file{name, data}
+	}
+	return files, nil
+}
+
+// sum sums up files, each one's name and content preceded by its
+// length so that no two sets of files sum alike.
+func sum(files []file) string {
+	d := sha256.New()
 	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(name)))
-	d.Write(n[:])
-	d.Write([]byte(name))
-	binary.BigEndian.PutUint64(n[:], uint64(len(data)))
-	d.Write(n[:])
-	d.Write(data)
+	for _, f := range files {
+		binary.BigEndian.PutUint64(n[:], uint64(len(f.name)))
+		d.Write(n[:])
+		d.Write([]byte(f.name))
+		binary.BigEndian.PutUint64(n[:], uint64(len(f.data)))
+		d.Write(n[:])
+		d.Write(f.data)
+	}
+	return hex.EncodeToString(d.Sum(nil))
 }
 
 // Files returns the files of the configuration at path: path itself, or
