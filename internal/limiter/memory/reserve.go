@@ -29,9 +29,12 @@ type reservationShard struct {
 }
 
 // reservation is what was reserved from each limiter (and key), by
-// limiter.Parts.
+// limiter.Parts, and the generation of each limiter's definition then
+// (see entry): a part whose limiter has been replaced since is not
+// settled, since what it reserved went with the definition it was made on.
 type reservation struct {
 	parts   []limiter.Item
+	gens    []uint64
 	expires int64
 }
 
@@ -111,7 +114,7 @@ func (s *Store) Reserve(_ context.Context, items []limiter.Item, ttl time.Durati
 		parts, _ := limiter.Parts(items)
 		sh := s.rsv.shard(v.Reservation)
 		sh.mu.Lock()
-		sh.m[v.Reservation] = reservation{parts: parts, expires: now + int64(ttl)}
+		sh.m[v.Reservation] = reservation{parts: parts, gens: j.gens, expires: now + int64(ttl)}
 		sh.mu.Unlock()
 		return v, nil
 	}
@@ -157,17 +160,22 @@ func (s *Store) Settle(_ context.Context, id string, actual []limiter.Item, once
 			}
 		}
 		parts, _ := limiter.Parts(items)
-		deltas := make([]int64, len(parts))
+		held := make([]int, len(parts))
 		for k, p := range parts {
-			r := slices.IndexFunc(x.parts, func(held limiter.Item) bool { return held.Name == p.Name && held.Key == p.Key })
-			if r < 0 {
+			held[k] = slices.IndexFunc(x.parts, func(held limiter.Item) bool { return held.Name == p.Name && held.Key == p.Key })
+			if held[k] < 0 {
 				return limiter.Verdict{}, limiter.InvalidSettlement(id, p)
 			}
-			deltas[k] = p.Permits - x.parts[r].Permits
 		}
 		j, err := s.joint(items)
 		if err != nil {
 			return limiter.Verdict{}, err
+		}
+		deltas := make([]int64, len(parts))
+		for k, p := range parts {
+			if r := held[k]; j.gens[k] == x.gens[r] {
+				deltas[k] = p.Permits - x.parts[r].Permits
+			} // else the limiter was replaced: it is reported as it stands
 		}
 		var found []limiter.Check
 		if j.keyed {

@@ -231,9 +231,9 @@ func (k *Keys) RestoreState(b []byte, shift int64, crashed bool, now int64) ([]b
 	return r.b, r.err
 }
 
-func (k *Keys) restore(r *stateReader, shift int64, crashed bool, now int64) {
+func (k *Keys) restore(r *stateReader, shift int64, crashed bool, now int64) (same bool) {
 	p := r.policy()
-	same := p.Normalize() == k.policy
+	same = p.Normalize() == k.policy
 	if floor := r.bucket(p); same && r.err == nil {
 		k.setFloor(floor.Shift(shift), now)
 	}
@@ -245,7 +245,7 @@ func (k *Keys) restore(r *stateReader, shift int64, crashed bool, now int64) {
 			key := r.string("key")
 			s := r.bucket(p)
 			if r.err != nil {
-				return
+				return false
 			}
 			if !same || len(key) == 0 || len(key) > limiter.MaxKeyLen {
 				continue
@@ -266,6 +266,7 @@ func (k *Keys) restore(r *stateReader, shift int64, crashed bool, now int64) {
 	if crashed || overflow {
 		k.StartExhausted(now)
 	}
+	return same
 }
 
 // remember puts key in the table with the state of b, not full at now,
@@ -477,14 +478,19 @@ func (rs *reservations) appendState(b []byte) []byte {
 
 // restore reads the reservations appendState wrote, their expiries
 // shifted by shift, into an empty table, leaving out those expired at now.
-func (rs *reservations) restore(r *stateReader, shift, now int64) {
+// A part is bound to the generation bound gives its limiter: one missing
+// there (its limiter redefined while the service was down) is never
+// settled.
+func (rs *reservations) restore(r *stateReader, shift, now int64, bound map[string]uint64) {
 	n := r.count("reservations", 4)
 	for range n {
 		id := r.string("reservation ID")
 		expires := limiter.ShiftNanos(r.varint("expiry"), shift)
 		parts := make([]limiter.Item, r.count("reserved parts", 3))
+		gens := make([]uint64, len(parts))
 		for i := range parts {
 			parts[i] = limiter.Item{Name: r.string("reserved name"), Key: r.string("reserved key"), Permits: r.varint("reserved permits")}
+			gens[i] = bound[parts[i].Name]
 		}
 		if r.err != nil {
 			return
@@ -496,7 +502,7 @@ func (rs *reservations) restore(r *stateReader, shift, now int64) {
 		if _, dup := sh.m[id]; dup {
 			continue
 		}
-		sh.m[id] = reservation{parts: parts, expires: expires}
+		sh.m[id] = reservation{parts: parts, gens: gens, expires: expires}
 		rs.count.Add(1)
 	}
 }
@@ -511,6 +517,10 @@ func (s *Store) RestoreState(b []byte, shift int64, crashed bool, now int64) err
 	defer s.mu.RUnlock()
 	r := &stateReader{b: b}
 	restored := make(map[string]bool)
+	// The generation of each limiter whose state was restored: the
+	// definition it was recorded with is the one in force, so reservations
+	// made on it are still its own.
+	bound := make(map[string]uint64)
 	n := 0
 	if len(b) > 0 { // else nothing recorded
 		n = r.count("limiters", 3)
@@ -529,7 +539,9 @@ func (s *Store) RestoreState(b []byte, shift int64, crashed bool, now int64) err
 			if !ok || ks == nil {
 				ks = NewKeys(limiter.Policy{Limit: 1, Period: time.Second}, 1) // reads and drops the record
 			}
-			ks.restore(r, shift, crashed, now)
+			if ks.restore(r, shift, crashed, now) && ok && e.keys != nil {
+				bound[name] = e.gen
+			}
 			restored[name] = ok && e.keys != nil
 			continue
 		}
@@ -541,11 +553,12 @@ func (s *Store) RestoreState(b []byte, shift int64, crashed bool, now int64) err
 		if ok && e.keys == nil && p.Normalize() == e.l.Policy() {
 			e.l.SetState(st.Shift(shift))
 			restored[name] = true
+			bound[name] = e.gen
 		}
 	}
 	if r.err == nil && len(b) > 0 {
 		s.once.restore(r, shift, now)
-		s.rsv.restore(r, shift, now)
+		s.rsv.restore(r, shift, now, bound)
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")

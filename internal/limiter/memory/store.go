@@ -29,17 +29,25 @@ type Store struct {
 	byKey map[string]entry
 	names btree.Set[string] // the keys of byKey, in order, for List
 	peak  int               // most entries byKey held since it was made; see shrink
+	gen   uint64            // the last generation given to a definition; see entry
 	once  *onceTable
 	rsv   *reservations
 }
 
 // entry is one limiter and its definition. A keyed limiter's state is
 // keys; l then only holds its policy.
+//
+// gen is the definition's generation, which no other definition of the
+// store has had: a limiter created, or replaced by another definition,
+// gets a new one. What outlives a decision (a reservation) remembers it,
+// so that it is never settled on a limiter other than the one it was made
+// on.
 type entry struct {
 	l       *limiter.Limiter
 	group   string
 	keys    *Keys
 	maxKeys int
+	gen     uint64
 }
 
 func (e entry) definition(name string) limiter.Definition {
@@ -107,6 +115,8 @@ func (s *Store) PutUndo(_ context.Context, def limiter.Definition) (created bool
 		e.keys = NewKeys(l.Policy(), def.MaxKeys)
 	}
 	s.keys += e.maxKeys - old.maxKeys
+	s.gen++
+	e.gen = s.gen
 	s.byKey[def.Name] = e
 	if ok {
 		return false, func() { s.reinstate(def.Name, old) }, nil
@@ -365,6 +375,7 @@ type joint struct {
 	index  []int
 	ls     []*limiter.Limiter // the limiters, when none is keyed
 	parts  []part             // the limiters and keys, when one is keyed
+	gens   []uint64           // the generations of the limiters' definitions
 	keyed  bool
 	scope  string
 }
@@ -373,7 +384,7 @@ type joint struct {
 // definitions, and checks their groups.
 func (s *Store) joint(items []limiter.Item) (joint, error) {
 	ps, index := limiter.Parts(items)
-	j := joint{names: make([]string, len(ps)), totals: make([]int64, len(ps)), index: index, ls: make([]*limiter.Limiter, len(ps)), parts: make([]part, len(ps))}
+	j := joint{names: make([]string, len(ps)), totals: make([]int64, len(ps)), index: index, ls: make([]*limiter.Limiter, len(ps)), parts: make([]part, len(ps)), gens: make([]uint64, len(ps))}
 	groups := make([]string, len(items))
 	s.mu.RLock()
 	for k, p := range ps {
@@ -386,7 +397,7 @@ func (s *Store) joint(items []limiter.Item) (joint, error) {
 			s.mu.RUnlock()
 			return joint{}, limiter.KeyMismatch(p.Name, keyed)
 		}
-		j.names[k], j.totals[k] = p.Name, p.Permits
+		j.names[k], j.totals[k], j.gens[k] = p.Name, p.Permits, e.gen
 		if e.keys != nil {
 			j.keyed = true
 			j.parts[k].cell = e.keys.newCell(p.Key)

@@ -129,9 +129,9 @@ func (s *Store) createCall(def limiter.Definition) (keys, args []string) {
 	keys = append(keys, idx, exp)
 	args = groupArgs(definitionArgs(def.Policy), def.Group)
 	if def.Keyed {
-		args = append(args, fieldMaxKeys, strconv.Itoa(def.MaxKeys), fieldGen, newGeneration())
+		args = append(args, fieldMaxKeys, strconv.Itoa(def.MaxKeys))
 	}
-	return keys, args
+	return keys, append(args, fieldGen, newGeneration())
 }
 
 // claimAll claims the group of each of defs[i] for i in which in the

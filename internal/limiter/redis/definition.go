@@ -19,9 +19,12 @@ const (
 	fieldAlgorithm = "algorithm" // limiter.GCRA or limiter.SlidingLog
 	fieldBurst     = "burst"     // GCRA's bucket size; 0 for a sliding log
 	fieldGroup     = "group"     // the limiter's group; absent for none
-	// A keyed limiter's: absent for a plain one. See keyed.go.
-	fieldMaxKeys = "maxkeys" // the most keys it remembers
-	fieldGen     = "gen"     // the generation of its keys' states
+	fieldMaxKeys   = "maxkeys"   // a keyed limiter's most keys it remembers; absent for a plain one (see keyed.go)
+	// The generation of the definition: a new one for every definition
+	// written, so that what outlives a decision (a reservation, a keyed
+	// limiter's keys' states) is never applied to a limiter redefined
+	// since. Absent from a plain limiter defined by an earlier version.
+	fieldGen = "gen"
 
 	// GCRA counts in units of 1/limit ns, held by the scripts as a*m + b
 	// with m units = 1µs and 0 <= b < m.

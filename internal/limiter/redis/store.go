@@ -173,8 +173,9 @@ func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 	args := groupArgs(definitionArgs(def.Policy), def.Group)
 	if def.Keyed {
 		maxKeys = strconv.Itoa(def.MaxKeys)
-		args = append(args, fieldMaxKeys, maxKeys, fieldGen, newGeneration())
+		args = append(args, fieldMaxKeys, maxKeys)
 	}
+	args = append(args, fieldGen, newGeneration())
 	keys := s.keysIn(def.Name, def.Group)
 	idx, exp := tableKeys(keys[0])
 	created, err := putScript.Exec(ctx, s.client, append(keys, idx, exp), append([]string{maxKeys}, args...)).AsInt64()

@@ -504,3 +504,72 @@ func testConcurrentSettle(t *testing.T, s limiter.Store) {
 	}
 	wantRemaining(t, s, "cs", 90)
 }
+
+// testSettleAfterRedefinition: a reservation is bound to each limiter as
+// defined when it was made. Once a limiter is replaced by another policy,
+// or deleted and created again, settling or cancelling the reservation
+// gives it nothing back and charges it nothing: the new limiter starts
+// full, so a refund of what the old one granted would let it grant more
+// than its limit in one period. The limiters it still holds as they were
+// are settled as usual.
+func testSettleAfterRedefinition(t *testing.T, s limiter.Store) {
+	for _, alg := range algorithms {
+		for _, keyed := range []bool{false, true} {
+			for _, how := range []string{"replaced", "re-created"} {
+				t.Run(fmt.Sprintf("%s/keyed=%v/%s", alg, keyed, how), func(t *testing.T) {
+					name := fmt.Sprintf("sr-%s-%v-%s", alg, keyed, how)
+					kept := name + "-kept"
+					key := ""
+					if keyed {
+						key = "k"
+					}
+					def := func(n string, limit int64) limiter.Definition {
+						return limiter.Definition{Name: n, Group: name, Keyed: keyed, Policy: limiter.Policy{Limit: limit, Period: hour, Algorithm: alg}}
+					}
+					for _, d := range []limiter.Definition{def(name, 5), def(kept, 100)} {
+						if _, err := s.Put(ctx(t), d); err != nil {
+							t.Fatal(err)
+						}
+					}
+					items := []limiter.Item{{Name: name, Key: key, Permits: 3}, {Name: kept, Key: key, Permits: 3}}
+					v, err := s.Reserve(ctx(t), items, time.Minute, "")
+					if err != nil || !v.Allowed {
+						t.Fatalf("reserve 3 of each: %+v, %v", v, err)
+					}
+					if how == "re-created" {
+						if err := s.Delete(ctx(t), name); err != nil {
+							t.Fatal(err)
+						}
+						if _, err := s.Put(ctx(t), def(name, 5)); err != nil {
+							t.Fatal(err)
+						}
+					} else if _, err := s.Put(ctx(t), def(name, 6)); err != nil {
+						t.Fatal(err)
+					}
+					limit := map[string]int64{"replaced": 6, "re-created": 5}[how]
+					take := func(n int64) limiter.Verdict {
+						t.Helper()
+						v, err := s.Decide(ctx(t), []limiter.Item{{Name: name, Key: key, Permits: n}}, limiter.Take, "")
+						if err != nil {
+							t.Fatal(err)
+						}
+						return v
+					}
+					if v := take(limit); !v.Allowed {
+						t.Fatalf("take %d of the new limiter: got %+v, want allowed (it starts full)", limit, v)
+					}
+					got, err := s.Settle(ctx(t), v.Reservation, nil, "")
+					if err != nil {
+						t.Fatalf("cancel: %v", err)
+					}
+					if len(got.Checks) != 2 || got.Checks[0].Remaining != 0 || got.Checks[1].Remaining != 100 {
+						t.Errorf("cancel: got %+v, want the new limiter as it stands (0 left) and the kept one refunded (100 left)", got.Checks)
+					}
+					if v := take(1); v.Allowed {
+						t.Errorf("a take after the cancel: allowed, want denied: %d granted in one period on a limit of %d", limit+1, limit)
+					}
+				})
+			}
+		}
+	}
+}

@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ConcurrentOnce", testConcurrentOnce},
 		{"Reservations", testReservations},
 		{"ConcurrentSettle", testConcurrentSettle},
+		{"SettleAfterRedefinition", testSettleAfterRedefinition},
 		{"Keyed", testKeyed},
 		{"KeyBudget", testKeyBudget},
 	}

@@ -20,13 +20,15 @@
 --
 -- ARGV[5+n] is a reservation's time to live in milliseconds, or empty,
 -- and ARGV[5+n+j] the name of limiter j. A 'take' with a time to live that
--- is granted also records the reservation: name, key and permits of each
--- part, separated by the control characters US (31) within a part and RS
--- (30) between parts, which neither names nor keys hold; its reply ends
--- with the reservation's ID, ARGV[6+3n] to ARGV[9+3n], four 32-bit
--- numbers, which a replay gives back. 'settle' charges or refunds each
--- part the difference between ARGV[2+j], what was spent, and what the
--- reservation holds of it, then deletes the reservation: {-2} when there
+-- is granted also records the reservation: name, key, permits and the
+-- generation of the definition (its 'gen' field) of each part, separated
+-- by the control characters US (31) within a part and RS (30) between
+-- parts, which neither names nor keys hold; its reply ends with the
+-- reservation's ID, ARGV[6+3n] to ARGV[9+3n], four 32-bit numbers, which
+-- a replay gives back. 'settle' charges or refunds each part the
+-- difference between ARGV[2+j], what was spent, and what the reservation
+-- holds of it, but only reports a part whose limiter has been redefined
+-- since (another generation), then deletes the reservation: {-2} when there
 -- is none, {-3, j} when it holds nothing of part j, and nothing changes
 -- then; when a charge finds no room for its key, nothing is settled and
 -- the reservation stays.
@@ -329,7 +331,7 @@ local function reply(x, cs, granted)
   if granted and rsv_ttl ~= '' then
     local rec = {}
     for j = 1, count do
-      rec[j] = ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j] .. '\31' .. ARGV[2 + j]
+      rec[j] = ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j] .. '\31' .. ARGV[2 + j] .. '\31' .. (x.ps[j].d[14] or '')
     end
     redis.call('SET', x.KEYS[2 * count + 2], table.concat(rec, '\30'), 'PX', rsv_ttl)
   end
@@ -485,21 +487,23 @@ local function decide(KEYS, ARGV, run)
   end
 
   local mode = ARGV[2]
-  local held
+  local held, gens
   if mode == 'settle' then
     local rec = redis.call('GET', KEYS[2 * count + 2])
     if not rec then
       return {-2}
     end
-    held = {}
+    held, gens = {}, {}
     if string.find(rec, '\31', 1, true) then
-      for name, key, n in string.gmatch(rec, '([^\30\31]+)\31([^\30\31]*)\31(%d+)') do
-        held[name .. '\31' .. key] = tonumber(n)
+      -- A part made before reservations held its definition's generation
+      -- has '' for it, as a plain limiter defined then has none.
+      for name, key, n, gen in string.gmatch(rec, '([^\30\31]+)\31([^\30\31]*)\31(%d+)\31?([^\30\31]*)') do
+        held[name .. '\31' .. key], gens[name .. '\31' .. key] = tonumber(n), gen
       end
     else
       -- A reservation made before reservations held keys.
       for name, n in string.gmatch(rec, '([^ =]+)=(%d+)') do
-        held[name .. '\31'] = tonumber(n)
+        held[name .. '\31'], gens[name .. '\31'] = tonumber(n), ''
       end
     end
     for j = 1, count do
@@ -567,8 +571,13 @@ local function decide(KEYS, ARGV, run)
     local modes, ns = {}, {}
     for j = 1, count do
       local n = ps[j].n
-      if mode == 'settle' then
-        n = n - held[ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j]]
+      local part = ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j]
+      if mode == 'settle' and gens[part] ~= (ps[j].d[14] or '') then
+        -- Redefined since the reservation: what was reserved went with
+        -- the old definition, and the new one is only reported.
+        modes[j], ns[j] = 'none', 0
+      elseif mode == 'settle' then
+        n = n - held[part]
         if n > 0 then
           modes[j], ns[j] = 'charge', n
         elseif n < 0 then
