@@ -174,7 +174,14 @@ type Check struct {
 	// ResetAfter is how long until the limiter is full again if nobody
 	// acquires meanwhile.
 	ResetAfter time.Duration
+
+	held Held // what a grant made under Take left; see Held
 }
+
+// Held returns what the grant c reports holds of its bucket, for a
+// reservation to settle; the zero Held (nothing to give back) when c
+// granted nothing.
+func (c Check) Held() Held { return c.held }
 
 // CheckItems reports why items cannot make a decision, or nil: their count
 // (ErrInvalidItems), or the first invalid name or permit count, wrapped
@@ -273,7 +280,7 @@ func NewVerdict(items []Item, found []Check, index []int) Verdict {
 	}
 	for i, it := range items {
 		c := found[index[i]]
-		c.Name, c.Key, c.Permits = it.Name, it.Key, it.Permits
+		c.Name, c.Key, c.Permits, c.held = it.Name, it.Key, it.Permits, Held{}
 		v.Checks[i] = c
 	}
 	return v

@@ -153,6 +153,20 @@ func (r *Rate) Refund(t TAT, now int64, n int64) TAT {
 	return r.tatAfter(now, backlog.sub(cost))
 }
 
+// RefundHeld is Refund of n permits that a reservation which left the
+// TAT until holds: it gives back at most what of them has not drained by
+// now, until − now, and nothing once until has passed.
+func (r *Rate) RefundHeld(t TAT, now int64, n int64, until TAT) TAT {
+	backlog, cost := r.backlog(t, now), mul64(uint64(n), r.period)
+	if held := r.backlog(until, now); held.cmp(cost) < 0 {
+		cost = held
+	}
+	if backlog.cmp(cost) <= 0 {
+		return TAT{}
+	}
+	return r.tatAfter(now, backlog.sub(cost))
+}
+
 // tatAfter is the TAT that lies backlog (at most maxDebt) after now.
 func (r *Rate) tatAfter(now int64, backlog u128) TAT {
 	if backlog.isZero() {

@@ -70,27 +70,30 @@ func Lock(ls []*Limiter) (unlock func()) {
 
 // AdjustAll charges deltas[j] permits to ls[j] where it is positive and
 // refunds -deltas[j] where it is negative, at now, all in one step, as
-// DecideAll does; found[j] is ls[j] as it is then, Fits set. The limiters
-// must be distinct.
-func AdjustAll(now int64, ls []*Limiter, deltas []int64) (found []Check) {
+// DecideAll does; found[j] is ls[j] as it is then, Fits set. With holds
+// (a settlement), the refund to ls[j] gives back no more than holds[j]
+// still holds (see Held). The limiters must be distinct.
+func AdjustAll(now int64, ls []*Limiter, deltas []int64, holds []Held) (found []Check) {
 	unlock := Lock(ls)
 	bs := make([]*Bucket, len(ls))
 	for j, l := range ls {
 		bs[j] = &l.b
 	}
-	found = AdjustBuckets(now, bs, deltas)
+	found = AdjustBuckets(now, bs, deltas, holds)
 	unlock()
 	return found
 }
 
 // AdjustBuckets is AdjustAll on buckets that the caller guards.
-func AdjustBuckets(now int64, bs []*Bucket, deltas []int64) (found []Check) {
+func AdjustBuckets(now int64, bs []*Bucket, deltas []int64, holds []Held) (found []Check) {
 	t := clampNow(now)
 	found = make([]Check, len(bs))
 	for j, b := range bs {
 		switch d := deltas[j]; {
 		case d > 0:
 			found[j] = b.adjust(t, d, Charge)
+		case d < 0 && holds != nil:
+			found[j] = b.refundHeld(t, -d, holds[j])
 		case d < 0:
 			found[j] = b.adjust(t, -d, Refund)
 		default:
@@ -150,7 +153,11 @@ func (l *Bucket) take(now, n int64) Check {
 	} else {
 		d = l.log.Acquire(l.window, now, n)
 	}
-	return checkOf(d)
+	c := checkOf(d)
+	if c.Fits {
+		c.held = Held{At: now, Until: l.tat}
+	}
+	return c
 }
 
 // adjust charges or refunds n permits, and reports the bucket as it is
@@ -165,6 +172,17 @@ func (l *Bucket) adjust(now, n int64, mode Mode) Check {
 		l.log.Charge(l.window, now, n)
 	default:
 		l.log.Refund(l.window, now, n)
+	}
+	return l.state(now)
+}
+
+// refundHeld refunds n permits that h holds, and reports the bucket as it
+// is then.
+func (l *Bucket) refundHeld(now, n int64, h Held) Check {
+	if l.gcra {
+		l.tat = l.rate.RefundHeld(l.tat, now, n, h.Until)
+	} else {
+		l.log.RefundSince(l.window, now, n, h.At)
 	}
 	return l.state(now)
 }

@@ -93,7 +93,7 @@ func runJointModel(t *testing.T, seed uint64, steps int, adjust bool) {
 				dls[k] = ls[j]
 				deltas[k] = rng.Int64N(2*capacity(ms[j].p)+1) - capacity(ms[j].p)
 			}
-			found := limiter.AdjustAll(now, dls, deltas)
+			found := limiter.AdjustAll(now, dls, deltas, nil)
 			for k, j := range picks {
 				switch d := deltas[k]; {
 				case d > 0:

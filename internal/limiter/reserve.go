@@ -48,6 +48,24 @@ var (
 	ErrTooManyReservations = errors.New("too many reservations")
 )
 
+// Held is what a reservation holds of one bucket, so that settling it
+// gives back no more than that: permits a reservation took and did not
+// spend count as never taken, and those of them that have already
+// drained from the bucket (GCRA) or left its window (sliding log) are no
+// longer there to give back. A refund beyond that would give the bucket
+// room that other callers' grants still hold.
+type Held struct {
+	// At is an instant at or before the one the reservation was granted
+	// at (nanoseconds since the Unix epoch): a sliding log gives back from
+	// its oldest grant made at or after At, where the reservation's
+	// permits are, and nothing once At has left the window.
+	At int64
+	// Until is, for GCRA, a TAT at or before the one the reservation's
+	// grant left: its permits have drained from the bucket by then, and a
+	// refund at now gives back at most Until − now of them.
+	Until TAT
+}
+
 // NewReservationID returns a new, random reservation ID for the decision
 // whose Scope is scope: "g.<group>.<32 hex digits>",
 // "l.<limiter>.<32 hex digits>", or for a key of a keyed limiter in no

@@ -212,5 +212,36 @@ func (l *Log) Refund(w Window, now int64, n int64) {
 	}
 }
 
+// RefundSince gives back up to n permits granted at or after the instant
+// at: from the oldest entry stamped at or after it, which holds what was
+// granted then (or those permits merged into a later entry), and nothing
+// once at has left the window, when the later entries are other grants.
+// An entry left empty is dropped. n must be at least 1.
+func (l *Log) RefundSince(w Window, now int64, n int64, at int64) {
+	now = clampNow(now)
+	l.expire(w, now)
+	if w.expired(at, now) {
+		return
+	}
+	i := 0
+	for i < l.size && l.at(i).at < at {
+		i++
+	}
+	if i == l.size {
+		return
+	}
+	e := l.at(i)
+	k := min(n, e.n)
+	e.n -= k
+	l.used -= k
+	if e.n > 0 {
+		return
+	}
+	for ; i+1 < l.size; i++ {
+		*l.at(i) = *l.at(i + 1)
+	}
+	l.size--
+}
+
 // Len is the number of entries the log holds, for memory accounting.
 func (l *Log) Len() int { return l.size }

@@ -28,8 +28,25 @@ func TestKeyedDecideMatchesModel(t *testing.T) {
 	}
 }
 
-// jointStore is a Store as keystest.RunJoint drives it: its clock is
-// advanced to each instant asked for.
+// TestReservationsAcrossRedefinitions settles reservations across
+// replaced, deleted and re-created definitions, and after their permits
+// drained or left the window, and holds each definition's grants to its
+// contract (keystest.RunReservations).
+func TestReservationsAcrossRedefinitions(t *testing.T) {
+	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
+		for _, keyed := range []bool{false, true} {
+			for seed := range uint64(50) {
+				t.Run(fmt.Sprintf("%s/keyed=%v/seed=%d", alg, keyed, seed), func(t *testing.T) {
+					s, c := newStore(t)
+					keystest.RunReservations(t, &jointStore{s: s, c: c}, alg, keyed, seed, 400)
+				})
+			}
+		}
+	}
+}
+
+// jointStore is a Store as keystest.RunJoint and RunReservations drive
+// it: its clock is advanced to each instant asked for.
 type jointStore struct {
 	s *memory.Store
 	c *clocktest.Clock
@@ -50,6 +67,18 @@ func (j *jointStore) Put(def limiter.Definition) error {
 func (j *jointStore) Decide(items []limiter.Item, mode limiter.Mode, nowUS int64) (limiter.Verdict, error) {
 	j.at(nowUS)
 	return j.s.Decide(context.Background(), items, mode, "")
+}
+
+func (j *jointStore) Delete(name string) error { return j.s.Delete(context.Background(), name) }
+
+func (j *jointStore) Reserve(items []limiter.Item, nowUS int64) (limiter.Verdict, error) {
+	j.at(nowUS)
+	return j.s.Reserve(context.Background(), items, time.Hour, "")
+}
+
+func (j *jointStore) Settle(id string, actual []limiter.Item, nowUS int64) (limiter.Verdict, error) {
+	j.at(nowUS)
+	return j.s.Settle(context.Background(), id, actual, "")
 }
 
 func (j *jointStore) Available(name string, nowUS int64) (limiter.Availability, error) {

@@ -184,12 +184,13 @@ type part struct {
 
 // decideParts decides parts (totals[j] permits of parts[j]) together at
 // now under mode, as limiter.DecideAll does for plain limiters; with
-// settle, totals are signed and adjusted as limiter.AdjustAll does (mode
-// is then Charge). It reports retry when a key needed room, which it made
+// holds (a settlement), totals are signed and adjusted as limiter.AdjustAll
+// does (mode is then Charge). It reports retry when a key needed room, which it made
 // after letting go of its locks: the caller decides again. When the room
 // cannot be made now, that key's check is KeysFull, and nothing is
 // recorded.
-func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, settle bool) (found []limiter.Check, retry bool) {
+func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, holds []limiter.Held) (found []limiter.Check, retry bool) {
+	settle := holds != nil
 	var plain []*limiter.Limiter
 	var cells []*cell
 	for j := range parts {
@@ -265,7 +266,7 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, set
 		// A Take needs the room only if it is allowed: fit first.
 		var fit []limiter.Check
 		if settle {
-			fit = limiter.AdjustBuckets(now, bs, make([]int64, len(bs)))
+			fit = limiter.AdjustBuckets(now, bs, make([]int64, len(bs)), nil)
 		} else {
 			fit = limiter.DecideBuckets(now, bs, totals, limiter.Peek)
 		}
@@ -327,7 +328,7 @@ func decideParts(now int64, parts []part, totals []int64, mode limiter.Mode, set
 		}
 	}
 	if settle {
-		found = limiter.AdjustBuckets(now, bs, totals)
+		found = limiter.AdjustBuckets(now, bs, totals, holds)
 	} else {
 		found = limiter.DecideBuckets(now, bs, totals, mode)
 	}

@@ -29,11 +29,13 @@ type reservationShard struct {
 }
 
 // reservation is what was reserved from each limiter (and key), by
-// limiter.Parts, and the generation of each limiter's definition then
-// (see entry): a part whose limiter has been replaced since is not
-// settled, since what it reserved went with the definition it was made on.
+// limiter.Parts, what each bucket holds of it (see limiter.Held), and the
+// generation of each limiter's definition then (see entry): a part whose
+// limiter has been replaced since is not settled, since what it reserved
+// went with the definition it was made on.
 type reservation struct {
 	parts   []limiter.Item
+	holds   []limiter.Held
 	gens    []uint64
 	expires int64
 }
@@ -101,7 +103,7 @@ func (s *Store) Reserve(_ context.Context, items []limiter.Item, ttl time.Durati
 		}
 		var found []limiter.Check
 		if j.keyed {
-			found = j.decideKeys(s.clock, limiter.Take, nil)
+			found = j.decideKeys(s.clock, limiter.Take, nil, nil)
 		} else {
 			found = limiter.DecideAll(now, j.ls, j.totals, limiter.Take)
 		}
@@ -112,9 +114,13 @@ func (s *Store) Reserve(_ context.Context, items []limiter.Item, ttl time.Durati
 		}
 		v.Reservation = limiter.NewReservationID(j.scope)
 		parts, _ := limiter.Parts(items)
+		holds := make([]limiter.Held, len(found))
+		for k, c := range found {
+			holds[k] = c.Held()
+		}
 		sh := s.rsv.shard(v.Reservation)
 		sh.mu.Lock()
-		sh.m[v.Reservation] = reservation{parts: parts, gens: j.gens, expires: now + int64(ttl)}
+		sh.m[v.Reservation] = reservation{parts: parts, holds: holds, gens: j.gens, expires: now + int64(ttl)}
 		sh.mu.Unlock()
 		return v, nil
 	}
@@ -171,15 +177,15 @@ func (s *Store) Settle(_ context.Context, id string, actual []limiter.Item, once
 		if err != nil {
 			return limiter.Verdict{}, err
 		}
-		deltas := make([]int64, len(parts))
+		deltas, holds := make([]int64, len(parts)), make([]limiter.Held, len(parts))
 		for k, p := range parts {
 			if r := held[k]; j.gens[k] == x.gens[r] {
-				deltas[k] = p.Permits - x.parts[r].Permits
+				deltas[k], holds[k] = p.Permits-x.parts[r].Permits, x.holds[r]
 			} // else the limiter was replaced: it is reported as it stands
 		}
 		var found []limiter.Check
 		if j.keyed {
-			found = j.decideKeys(s.clock, limiter.Charge, deltas)
+			found = j.decideKeys(s.clock, limiter.Charge, deltas, holds)
 			for _, c := range found {
 				if c.KeysFull {
 					// The charge found no room for its key: nothing
@@ -188,7 +194,7 @@ func (s *Store) Settle(_ context.Context, id string, actual []limiter.Item, once
 				}
 			}
 		} else {
-			found = limiter.AdjustAll(now, j.ls, deltas)
+			found = limiter.AdjustAll(now, j.ls, deltas, holds)
 		}
 		delete(sh.m, id)
 		s.rsv.count.Add(-1)

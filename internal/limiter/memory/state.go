@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -21,7 +23,13 @@ import (
 //	records: count, count × (key, fingerprint, expiry, verdict)
 //	verdict: flags, retry after, reservation, count, count × check
 //	check: name, key, permits, flags, remaining, limit, retry after, reset after
-//	reservations: count, count × (ID, expiry, count, count × (name, key, permits))
+//	reservations: count, count × (ID, expiry, count, count × (name, key, permits, held))
+//	held: at, until, until fraction (limiter.Held)
+//
+// A store's record starts with the bytes 0x80 0x00, which no record
+// written before reservations held anything starts with (a varint is
+// written in its shortest form): such a record has no held fields, and
+// its reservations are taken to hold nothing.
 //	plain: policy, bucket
 //	keys:  policy, floor bucket, shards, then shards × (count, count × (key, bucket))
 //	policy: limit, period, algorithm, burst
@@ -355,6 +363,7 @@ func (k *Keys) StartExhausted(now int64) {
 func (s *Store) AppendState(b []byte) []byte {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	b = append(b, stateMark...)
 	b = binary.AppendUvarint(b, uint64(len(s.byKey)))
 	s.names.Scan(func(name string) bool {
 		e := s.byKey[name]
@@ -451,6 +460,9 @@ func (t *onceTable) restore(r *stateReader, shift, now int64) {
 	}
 }
 
+// stateMark starts a Store's record; see the layout above.
+const stateMark = "\x80\x00"
+
 // appendState appends the reservations held, each shard read under its
 // lock.
 func (rs *reservations) appendState(b []byte) []byte {
@@ -464,10 +476,14 @@ func (rs *reservations) appendState(b []byte) []byte {
 			body = appendString(body, id)
 			body = binary.AppendVarint(body, r.expires)
 			body = binary.AppendUvarint(body, uint64(len(r.parts)))
-			for _, p := range r.parts {
+			for k, p := range r.parts {
 				body = appendString(body, p.Name)
 				body = appendString(body, p.Key)
 				body = binary.AppendVarint(body, p.Permits)
+				h := r.holds[k]
+				body = binary.AppendVarint(body, h.At)
+				body = binary.AppendVarint(body, h.Until.NS)
+				body = binary.AppendUvarint(body, uint64(h.Until.Frac))
 			}
 		}
 		sh.mu.Unlock()
@@ -476,33 +492,45 @@ func (rs *reservations) appendState(b []byte) []byte {
 	return append(b, body...)
 }
 
+// nothingHeld is what a reservation restored from a record written before
+// reservations held anything is taken to hold: nothing is given back.
+var nothingHeld = limiter.Held{At: math.MaxInt64}
+
 // restore reads the reservations appendState wrote, their expiries
 // shifted by shift, into an empty table, leaving out those expired at now.
 // A part is bound to the generation bound gives its limiter: one missing
 // there (its limiter redefined while the service was down) is never
 // settled.
-func (rs *reservations) restore(r *stateReader, shift, now int64, bound map[string]uint64) {
+func (rs *reservations) restore(r *stateReader, shift, now int64, bound map[string]uint64, held bool) {
 	n := r.count("reservations", 4)
 	for range n {
 		id := r.string("reservation ID")
-		expires := limiter.ShiftNanos(r.varint("expiry"), shift)
-		parts := make([]limiter.Item, r.count("reserved parts", 3))
-		gens := make([]uint64, len(parts))
-		for i := range parts {
-			parts[i] = limiter.Item{Name: r.string("reserved name"), Key: r.string("reserved key"), Permits: r.varint("reserved permits")}
-			gens[i] = bound[parts[i].Name]
+		x := reservation{expires: limiter.ShiftNanos(r.varint("expiry"), shift)}
+		x.parts = make([]limiter.Item, r.count("reserved parts", 3))
+		x.gens, x.holds = make([]uint64, len(x.parts)), make([]limiter.Held, len(x.parts))
+		for i := range x.parts {
+			x.parts[i] = limiter.Item{Name: r.string("reserved name"), Key: r.string("reserved key"), Permits: r.varint("reserved permits")}
+			x.gens[i], x.holds[i] = bound[x.parts[i].Name], nothingHeld
+			if held {
+				at, until := r.varint("held at"), r.varint("held until")
+				frac := r.uvarint("held until fraction")
+				x.holds[i] = limiter.Held{At: limiter.ShiftNanos(at, shift)}
+				if until != 0 || frac != 0 {
+					x.holds[i].Until = limiter.TAT{NS: limiter.ShiftNanos(until, shift), Frac: uint32(frac)}
+				}
+			}
 		}
 		if r.err != nil {
 			return
 		}
-		if expires <= now || rs.count.Load() >= limiter.MaxReservations {
+		if x.expires <= now || rs.count.Load() >= limiter.MaxReservations {
 			continue
 		}
 		sh := rs.shard(id)
 		if _, dup := sh.m[id]; dup {
 			continue
 		}
-		sh.m[id] = reservation{parts: parts, gens: gens, expires: expires}
+		sh.m[id] = x
 		rs.count.Add(1)
 	}
 }
@@ -515,14 +543,19 @@ func (rs *reservations) restore(r *stateReader, shift, now int64, bound map[stri
 func (s *Store) RestoreState(b []byte, shift int64, crashed bool, now int64) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	held := strings.HasPrefix(string(b), stateMark)
+	if held {
+		b = b[len(stateMark):]
+	}
 	r := &stateReader{b: b}
 	restored := make(map[string]bool)
 	// The generation of each limiter whose state was restored: the
 	// definition it was recorded with is the one in force, so reservations
 	// made on it are still its own.
 	bound := make(map[string]uint64)
+	recorded := held || len(b) > 0 // else nothing is recorded
 	n := 0
-	if len(b) > 0 { // else nothing recorded
+	if recorded {
 		n = r.count("limiters", 3)
 	}
 	for range n {
@@ -556,9 +589,9 @@ func (s *Store) RestoreState(b []byte, shift int64, crashed bool, now int64) err
 			bound[name] = e.gen
 		}
 	}
-	if r.err == nil && len(b) > 0 {
+	if r.err == nil && recorded {
 		s.once.restore(r, shift, now)
-		s.rsv.restore(r, shift, now, bound)
+		s.rsv.restore(r, shift, now, bound, held)
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")

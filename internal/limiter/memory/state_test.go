@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -343,5 +344,30 @@ func TestStateKeepsIdempotencyAndReservations(t *testing.T) {
 	}
 	if logAfter, _ := b.Available(ctx, "log"); logAfter.Remaining != logBefore.Remaining+3 {
 		t.Errorf("settling 1 of 4 reserved: %d left, want %d", logAfter.Remaining, logBefore.Remaining+3)
+	}
+}
+
+// A record written before reservations held anything (testdata: a
+// sliding log of 10 an hour with 4 of them reserved, at 1,700,000,000 s)
+// still restores: its reservation can be settled, and, not knowing where
+// its permits are, gives none back.
+func TestStateBeforeHoldsGivesNothingBack(t *testing.T) {
+	ctx := context.Background()
+	rec, err := os.ReadFile("testdata/state-before-holds.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := clocktest.New(time.Unix(1_700_000_000, 0)).Limiter()
+	s := memory.New(clock, 0)
+	putDef(t, s, limiter.Definition{Name: "log", Policy: limiter.Policy{Limit: 10, Period: time.Hour, Algorithm: limiter.SlidingLog}})
+	if err := s.RestoreState(rec, 0, false, clock.Now()); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	v, err := s.Settle(ctx, "l.log.a32b7e6ecdc950837bf6a02f7d8e7b23", nil, "")
+	if err != nil {
+		t.Fatalf("cancel the reservation restored: %v", err)
+	}
+	if got := v.Checks[0].Remaining; got != 6 {
+		t.Errorf("after the cancel: %d left, want 6 (nothing given back)", got)
 	}
 }

@@ -329,7 +329,7 @@ func (s *Store) Decide(_ context.Context, items []limiter.Item, mode limiter.Mod
 			found := limiter.DecideAll(s.clock.Now(), j.ls, j.totals, mode)
 			return limiter.NewVerdict(items, found, j.index), nil
 		}
-		return limiter.NewVerdict(items, j.decideKeys(s.clock, mode, nil), j.index), nil
+		return limiter.NewVerdict(items, j.decideKeys(s.clock, mode, nil, nil), j.index), nil
 	}
 	if once == "" {
 		return decide()
@@ -420,24 +420,24 @@ func (s *Store) joint(items []limiter.Item) (joint, error) {
 
 // decideKeys decides the parts of a joint decision that names keys, by
 // decideParts, until no key needs room made for it, at most
-// maxVictimAttempts times; with deltas, it settles them by those signed
-// amounts instead. Room made for a key stays that key's from one round to
+// maxVictimAttempts times; with holds, it settles them by the signed
+// amounts deltas, each refund giving back no more than its hold. Room made for a key stays that key's from one round to
 // the next; when keys kept needing more (a key remembered in one round was
 // evicted by others before the next), it answers what a Peek would, with
 // the first key KeysFull: denied, as an acquisition that cannot find room
 // is.
-func (j *joint) decideKeys(clock *limiter.Clock, mode limiter.Mode, deltas []int64) []limiter.Check {
-	totals, settle := j.totals, deltas != nil
-	if settle {
+func (j *joint) decideKeys(clock *limiter.Clock, mode limiter.Mode, deltas []int64, holds []limiter.Held) []limiter.Check {
+	totals := j.totals
+	if holds != nil {
 		totals, mode = deltas, limiter.Charge
 	}
 	for range maxVictimAttempts {
-		found, retry := decideParts(clock.Now(), j.parts, totals, mode, settle)
+		found, retry := decideParts(clock.Now(), j.parts, totals, mode, holds)
 		if !retry {
 			return found
 		}
 	}
-	found, _ := decideParts(clock.Now(), j.parts, j.totals, limiter.Peek, false)
+	found, _ := decideParts(clock.Now(), j.parts, j.totals, limiter.Peek, nil)
 	for k := range found {
 		if j.parts[k].l == nil && !found[k].Fits {
 			return found

@@ -435,10 +435,11 @@ func (s *Store) missing(ctx context.Context, names, groups []string) (string, er
 }
 
 // reservedParts reads the limiters and keys a reservation's record holds
-// (see decide.lua): name, key, permits and the generation of the
-// limiter's definition (absent from before reservations held one)
-// separated by US within a part and RS between parts, or, from before
-// reservations held keys, "name=permits" separated by spaces.
+// (see decide.lua): name, key, permits, the generation of the limiter's
+// definition and what its bucket holds (two numbers), or only the first
+// three from before reservations held the others, separated by US within
+// a part and RS between parts; or, from before reservations held keys,
+// "name=permits" separated by spaces.
 func reservedParts(rec string) []limiter.Item {
 	var parts []limiter.Item
 	if !strings.Contains(rec, "\x1f") {
@@ -449,7 +450,7 @@ func reservedParts(rec string) []limiter.Item {
 		return parts
 	}
 	for _, f := range strings.Split(rec, "\x1e") {
-		if fs := strings.Split(f, "\x1f"); len(fs) == 3 || len(fs) == 4 {
+		if fs := strings.Split(f, "\x1f"); len(fs) == 3 || len(fs) == 6 {
 			parts = append(parts, limiter.Item{Name: fs[0], Key: fs[1]})
 		}
 	}

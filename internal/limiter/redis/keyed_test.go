@@ -286,9 +286,36 @@ func TestKeyedDecideMatchesModel(t *testing.T) {
 	}
 }
 
-// jointStore is a Store as keystest.RunJoint drives it, at explicit
-// instants.
+// TestReservationsAcrossRedefinitions is keystest.RunReservations on one
+// Redis server: reservations settled across replaced, deleted and
+// re-created definitions, and after their permits drained or left the
+// window, never let a definition grant past its contract.
+func TestReservationsAcrossRedefinitions(t *testing.T) {
+	c := newClient(t, redistest.Standalone(t))
+	for _, alg := range []limiter.Algorithm{limiter.GCRA, limiter.SlidingLog} {
+		for _, keyed := range []bool{false, true} {
+			for seed := range uint64(6) {
+				t.Run(fmt.Sprintf("%s/keyed=%v/seed=%d", alg, keyed, seed), func(t *testing.T) {
+					keystest.RunReservations(t, jointStore{newStore(t, c)}, alg, keyed, seed, scaled(400))
+				})
+			}
+		}
+	}
+}
+
+// jointStore is a Store as keystest.RunJoint and RunReservations drive
+// it, at explicit instants.
 type jointStore struct{ s *Store }
+
+func (j jointStore) Delete(name string) error { return j.s.Delete(context.Background(), name) }
+
+func (j jointStore) Reserve(items []limiter.Item, nowUS int64) (limiter.Verdict, error) {
+	return j.s.decideAt(context.Background(), items, call{mode: "take", ttl: time.Hour}, us(nowUS))
+}
+
+func (j jointStore) Settle(id string, actual []limiter.Item, nowUS int64) (limiter.Verdict, error) {
+	return j.s.settleAt(context.Background(), id, actual, "", us(nowUS))
+}
 
 func (j jointStore) Start() int64 { return epochUS }
 

@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"Reservations", testReservations},
 		{"ConcurrentSettle", testConcurrentSettle},
 		{"SettleAfterRedefinition", testSettleAfterRedefinition},
+		{"SettleGivesBackOnlyWhatIsHeld", testSettleHeld},
 		{"Keyed", testKeyed},
 		{"KeyBudget", testKeyBudget},
 	}

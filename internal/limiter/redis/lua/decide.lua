@@ -20,15 +20,20 @@
 --
 -- ARGV[5+n] is a reservation's time to live in milliseconds, or empty,
 -- and ARGV[5+n+j] the name of limiter j. A 'take' with a time to live that
--- is granted also records the reservation: name, key, permits and the
--- generation of the definition (its 'gen' field) of each part, separated
--- by the control characters US (31) within a part and RS (30) between
--- parts, which neither names nor keys hold; its reply ends with the
+-- is granted also records the reservation: of each part its name, key,
+-- permits, the generation of its definition (its 'gen' field) and what
+-- the bucket holds of it, two numbers: under GCRA the TAT the grant left
+-- (µs and units), by which its permits have drained; under the sliding
+-- log the instant of the grant (µs) and 0. Fields are separated by the
+-- control characters US (31) within a part and RS (30) between parts,
+-- which neither names nor keys hold; the reply ends with the
 -- reservation's ID, ARGV[6+3n] to ARGV[9+3n], four 32-bit numbers, which
 -- a replay gives back. 'settle' charges or refunds each part the
 -- difference between ARGV[2+j], what was spent, and what the reservation
--- holds of it, but only reports a part whose limiter has been redefined
--- since (another generation), then deletes the reservation: {-2} when there
+-- holds of it (a refund gives back no more than the bucket still holds:
+-- see gcra_adjust and log_refund), but only reports a part whose limiter
+-- has been redefined since (another generation), then deletes the
+-- reservation: {-2} when there
 -- is none, {-3, j} when it holds nothing of part j, and nothing changes
 -- then; when a charge finds no room for its key, nothing is settled and
 -- the reservation stays.
@@ -74,8 +79,10 @@ local MAX_LOG_DEBT = 1000000000
 
 -- gcra_adjust charges or refunds n permits of the bucket at key (or, with
 -- mode 'none', reads it), and returns its remaining permits and reset time
--- afterwards.
-local function gcra_adjust(g, key, now, n, mode)
+-- afterwards. A refund with a hold {tat_us, tat_r}, the TAT a
+-- reservation's grant left, gives back no more than what of it has not
+-- drained by now (nothing once that TAT has passed).
+local function gcra_adjust(g, key, now, n, mode, hold)
   local ba, bb = gcra_backlog(key, now)
   local aa, ab
   if mode == 'none' then
@@ -97,13 +104,26 @@ local function gcra_adjust(g, key, now, n, mode)
     end
   else
     aa, ab = 0, 0
-    if not (g.pa > 0 and n > floor(ba / g.pa) + 1) then
-      local ca, cb = gcra_cost(g, n)
-      if cmp2(ba, bb, ca, cb) > 0 then
-        aa, ab = ba - ca, bb - cb
-        if ab < 0 then
-          aa, ab = aa - 1, ab + g.m
-        end
+    -- n permits cost more than the backlog: computed, they could pass 2^53.
+    local big = g.pa > 0 and n > floor(ba / g.pa) + 1
+    local ca, cb = 0, 0
+    if not big then
+      ca, cb = gcra_cost(g, n)
+    end
+    if hold then
+      -- What the hold has left after now, as a backlog.
+      local ha, hb = hold[1] - now, hold[2]
+      if ha < 0 or ha == 0 and hb == 0 then
+        ha, hb = 0, 0
+      end
+      if big or cmp2(ha, hb, ca, cb) < 0 then
+        ca, cb, big = ha, hb, false
+      end
+    end
+    if not big and cmp2(ba, bb, ca, cb) > 0 then
+      aa, ab = ba - ca, bb - cb
+      if ab < 0 then
+        aa, ab = aa - 1, ab + g.m
       end
     end
   end
@@ -116,12 +136,56 @@ local function gcra_adjust(g, key, now, n, mode)
   return gcra_remaining(g, aa, ab), ra, rn
 end
 
+-- log_refund gives back up to n permits of the sliding log at key that
+-- were granted at or after the instant at (µs): from the oldest entry
+-- stamped at or after it, which holds that grant (or, merged, the entry
+-- it was merged into), and nothing once at has left the window, when the
+-- later entries are other grants. It costs one write per entry after
+-- that one, whose running totals drop; an entry left empty is removed.
+local function log_refund(w, key, now, n, at)
+  if log_expired(w, at, now) then
+    return
+  end
+  local es = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  -- es[1], es[2]: the base; then each entry's instant and running total.
+  local prev = tonumber(es[2] or 0)
+  for i = 3, #es, 2 do
+    local total = tonumber(es[i + 1])
+    if tonumber(es[i]) >= at and not log_expired(w, tonumber(es[i]), now) then
+      local k = total - prev
+      if k > n then
+        k = n
+      end
+      if k <= 0 then
+        return
+      end
+      if k == total - prev then
+        redis.call('ZREM', key, es[i])
+      else
+        redis.call('ZINCRBY', key, fmt(-k), es[i])
+      end
+      for m = i + 2, #es, 2 do
+        redis.call('ZINCRBY', key, fmt(-k), es[m])
+      end
+      if #es == 4 and k == total - prev then
+        redis.call('DEL', key) -- nothing left but the base
+      end
+      return
+    end
+    prev = total
+  end
+end
+
 -- log_adjust charges or refunds n permits of the sliding log at key (or,
 -- with mode 'none', reads it), and returns its remaining permits and reset
 -- time afterwards. A refund gives
 -- back the newest grants first: every entry above the running total
 -- last_total - n goes, and the oldest of them stays with what it keeps.
-local function log_adjust(w, key, now, n, mode)
+local function log_adjust(w, key, now, n, mode, hold)
+  if hold then
+    log_refund(w, key, now, n, hold[1])
+    mode = 'none'
+  end
   local l = log_read(key, w, now)
   local last_at = l.at
   local member, base, size, last_total = log_forget(key, l)
@@ -171,6 +235,8 @@ end
 --   mode        ARGV[2]
 --   modes, ns   for a charge, refund or settlement: each part's own mode
 --               ('charge', 'refund' or 'none') and permits
+--   holds       for a settlement: what the reservation holds of each part
+--               it refunds, {a, b} (see the header), or false for nothing
 --   after       the fields that follow a reply without being recorded
 --               with it: next_us and next_ns of each part (see reply)
 -- A table made with all its fields is made at once; one given them one by
@@ -331,7 +397,12 @@ local function reply(x, cs, granted)
   if granted and rsv_ttl ~= '' then
     local rec = {}
     for j = 1, count do
-      rec[j] = ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j] .. '\31' .. ARGV[2 + j] .. '\31' .. (x.ps[j].d[14] or '')
+      local p, c = x.ps[j], cs[j]
+      local ha, hb = now, 0
+      if p.g then
+        ha, hb = now + c.aa, c.ab
+      end
+      rec[j] = table.concat({ARGV[5 + count + j], ARGV[5 + 2 * count + j], ARGV[2 + j], p.d[14] or '', fmt(ha), fmt(hb)}, '\31')
     end
     redis.call('SET', x.KEYS[2 * count + 2], table.concat(rec, '\30'), 'PX', rsv_ttl)
   end
@@ -444,11 +515,12 @@ local function adjust(x)
   for j = 1, x.count do
     local p = x.ps[j]
     local rem, ra, rn, limit
+    local h = x.holds and modes[j] == 'refund' and (x.holds[j] or {0, 0})
     if p.g then
-      rem, ra, rn = gcra_adjust(p.g, p.st, now, ns[j], modes[j])
+      rem, ra, rn = gcra_adjust(p.g, p.st, now, ns[j], modes[j], h)
       limit = p.g.limit
     else
-      rem, ra, rn = log_adjust(p.w, p.st, now, ns[j], modes[j])
+      rem, ra, rn = log_adjust(p.w, p.st, now, ns[j], modes[j], h)
       limit = p.w.limit
     end
     if p.idx and modes[j] ~= 'none' then
@@ -487,18 +559,27 @@ local function decide(KEYS, ARGV, run)
   end
 
   local mode = ARGV[2]
-  local held, gens
+  local held, gens, holds
   if mode == 'settle' then
     local rec = redis.call('GET', KEYS[2 * count + 2])
     if not rec then
       return {-2}
     end
-    held, gens = {}, {}
+    held, gens, holds = {}, {}, {}
     if string.find(rec, '\31', 1, true) then
-      -- A part made before reservations held its definition's generation
-      -- has '' for it, as a plain limiter defined then has none.
-      for name, key, n, gen in string.gmatch(rec, '([^\30\31]+)\31([^\30\31]*)\31(%d+)\31?([^\30\31]*)') do
-        held[name .. '\31' .. key], gens[name .. '\31' .. key] = tonumber(n), gen
+      for part in string.gmatch(rec, '[^\30]+') do
+        local f = {}
+        for v in string.gmatch(part .. '\31', '([^\31]*)\31') do
+          f[#f + 1] = v
+        end
+        local id = f[1] .. '\31' .. f[2]
+        -- A part made before reservations held a generation and a hold
+        -- has '' for the one, as a plain limiter defined then has none,
+        -- and nothing held: nothing is given back.
+        held[id], gens[id] = tonumber(f[3]), f[4] or ''
+        if f[6] then
+          holds[id] = {tonumber(f[5]), tonumber(f[6])}
+        end
       end
     else
       -- A reservation made before reservations held keys.
@@ -565,10 +646,10 @@ local function decide(KEYS, ARGV, run)
 
   local x = {
     KEYS = KEYS, ARGV = ARGV, count = count, ps = ps, now = now, mode = mode,
-    modes = false, ns = false, after = {},
+    modes = false, ns = false, holds = false, after = {},
   }
   if mode == 'charge' or mode == 'refund' or mode == 'settle' then
-    local modes, ns = {}, {}
+    local modes, ns, hs = {}, {}, {}
     for j = 1, count do
       local n = ps[j].n
       local part = ARGV[5 + count + j] .. '\31' .. ARGV[5 + 2 * count + j]
@@ -582,6 +663,7 @@ local function decide(KEYS, ARGV, run)
           modes[j], ns[j] = 'charge', n
         elseif n < 0 then
           modes[j], ns[j] = 'refund', -n
+          hs[j] = holds[part] or false
         else
           modes[j], ns[j] = 'none', 0
         end
@@ -590,6 +672,9 @@ local function decide(KEYS, ARGV, run)
       end
     end
     x.modes, x.ns = modes, ns
+    if mode == 'settle' then
+      x.holds = hs
+    end
   end
 
   -- Each round evicts at most one key: a key of this decision may be the
