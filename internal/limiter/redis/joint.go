@@ -380,7 +380,8 @@ func (s *Store) settleAt(ctx context.Context, id string, actual []limiter.Item, 
 		group = where
 	}
 	if actual == nil {
-		key := s.prefix + "{" + where + "}#rsv:" + random
+		tag, _ := s.scopeKeys(scope) // where the reservation was written
+		key := tag + "#rsv:" + random
 		rec, err := s.client.Do(ctx, s.client.B().Get().Key(key).Build()).ToString()
 		if rueidis.IsRedisNil(err) {
 			return limiter.Verdict{}, fmt.Errorf("redis: cancel %s: %w", id, limiter.ErrReservationNotFound)

@@ -212,6 +212,12 @@ func testKeyedReservations(t *testing.T, s limiter.Store) {
 	if got := left("rsv-user", "erin"); got != 100 {
 		t.Errorf("erin: %d left, want 100", got)
 	}
+	// A cancel finds the reservation of a key of a limiter in no group
+	// where the reservation was made.
+	id = reserve(limiter.Item{Name: "rsv-user", Key: "erin", Permits: 40})
+	if v, err := s.Settle(ctx(t), id, nil, ""); err != nil || !v.Allowed || v.Checks[0].Remaining != 100 {
+		t.Errorf("Cancel of erin's 40: got %+v, %v, want 100 left", v, err)
+	}
 
 	id = reserve(limiter.Item{Name: "llm-user", Key: "u1", Permits: 60}, limiter.Item{Name: "llm-global", Permits: 60})
 	if v, err := s.Settle(ctx(t), id, []limiter.Item{{Name: "llm-user", Key: "u1", Permits: 80}, {Name: "llm-global", Permits: 80}}, ""); err != nil || !v.Allowed {
