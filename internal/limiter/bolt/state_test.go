@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -250,9 +251,11 @@ func TestCorruptStateRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
+		// Half of the record, with a checksum of its own: the checksum
+		// matches, what it holds cannot be read.
 		b := tx.Bucket(stateBucket).Bucket([]byte("limiters"))
 		k, v := b.Cursor().First()
-		return b.Put(k, v[:len(v)/2])
+		return b.Put(k, seal("state/limiters", k, bytes.Clone(v[:(len(v)-checksumSize)/2])))
 	})
 	db.Close()
 	if err != nil {

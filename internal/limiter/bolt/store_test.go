@@ -212,7 +212,8 @@ func TestUntrustedFileRefused(t *testing.T) {
 			valid(t, path)
 			db, _ := bbolt.Open(path, 0o600, nil)
 			db.Update(func(tx *bbolt.Tx) error {
-				return tx.Bucket(limitersBucket).Put([]byte("bad"), []byte(`{"limit":0,"period_ns":1000000000,"algorithm":"gcra"}`))
+				v := seal(string(limitersBucket), []byte("bad"), []byte(`{"limit":0,"period_ns":1000000000,"algorithm":"gcra"}`))
+				return tx.Bucket(limitersBucket).Put([]byte("bad"), v)
 			})
 			db.Close()
 		}, `limiter "bad": invalid policy`},
