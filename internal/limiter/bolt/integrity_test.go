@@ -161,13 +161,12 @@ func TestBitFlipRefused(t *testing.T) {
 		key    []byte
 		path   []string
 		record string
-		bytes  []int // the bytes of the value to flip a bit of; nil: every one
 	}{
-		{"a definition", []byte("api"), []string{"limiters"}, `limiters/"api"`, nil},
-		{"the state header", headerKey, []string{"state"}, `state/"header"`, nil},
-		{"the state of the limiters", chunk0, []string{"state", "limiters"}, "state/limiters/0", nil},
-		{"the state of the tenants", chunk0, []string{"state", "tenants"}, "state/tenants/0", nil},
-		{"the format", formatKey, []string{"meta"}, "", nil},
+		{"a definition", []byte("api"), []string{"limiters"}, `limiters/"api"`},
+		{"the state header", headerKey, []string{"state"}, `state/"header"`},
+		{"the state of the limiters", chunk0, []string{"state", "limiters"}, "state/limiters/0"},
+		{"the state of the tenants", chunk0, []string{"state", "tenants"}, "state/tenants/0"},
+		{"the format", formatKey, []string{"meta"}, `meta/"format"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := value(t, b, tc.key, tc.path...)
