@@ -144,6 +144,8 @@ func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("bolt: %s is in use by another process, still after %s (a second instance on the same data directory?)", path, opts.LockWait)
+	case errors.Is(err, errTruncated):
+		return nil, fmt.Errorf("bolt: %s: %w; move it aside to start empty", path, err)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, errUnreadable):
 		if !errors.Is(err, errUnreadable) {
 			err = fmt.Errorf("%w: %w", errUnreadable, err)
@@ -239,6 +241,7 @@ func (s *Store) load() error {
 var (
 	errForeign    = errors.New("not a ratelimiter data file")
 	errUnreadable = errors.New("not a data file this service can read")
+	errTruncated  = errors.New("truncated")
 )
 
 // openDB opens the bbolt file at path and checks every page of it. A file
@@ -281,7 +284,7 @@ func openDB(path string) (db *bbolt.DB, err error) {
 }
 
 // checkSize refuses a file at path shorter than the pages its meta page
-// counts, with an error wrapping errUnreadable. It opens the file read-only,
+// counts, with an error wrapping errUnreadable and errTruncated. It opens the file read-only,
 // which reads its meta pages and nothing else, and asks the size the pages
 // take (Tx.Size). A file that does not exist yet passes; one that another
 // process holds gives bbolt's ErrTimeout, as opening it would.
@@ -306,7 +309,7 @@ func checkSize(path string) error {
 	var need int64
 	db.View(func(tx *bbolt.Tx) error { need = tx.Size(); return nil })
 	if fi.Size() < need {
-		return fmt.Errorf("%w: truncated: %d bytes, and its pages take %d", errUnreadable, fi.Size(), need)
+		return fmt.Errorf("%w: %w: %d bytes, and its pages take %d", errUnreadable, errTruncated, fi.Size(), need)
 	}
 	return nil
 }
