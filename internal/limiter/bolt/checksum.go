@@ -58,10 +58,14 @@ func unseal(path string, key, v []byte) ([]byte, error) {
 }
 
 // recordName names the record key of the bucket at path in an error: a
-// state chunk by its number, any other by its key, quoted.
+// state chunk by its number, any other by its key, quoted, and cut after
+// 64 bytes (a damaged one can be any length).
 func recordName(path string, key []byte) string {
 	if strings.HasPrefix(path, string(stateBucket)+"/") && len(key) == 8 {
 		return fmt.Sprintf("%s/%d", path, binary.BigEndian.Uint64(key))
+	}
+	if len(key) > 64 {
+		return fmt.Sprintf("%s/%q… (%d bytes)", path, key[:64], len(key))
 	}
 	return fmt.Sprintf("%s/%q", path, key)
 }

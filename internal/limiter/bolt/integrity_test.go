@@ -345,3 +345,63 @@ func TestFormat1FileUpgraded(t *testing.T) {
 		}
 	}
 }
+
+// A page in use whose header is damaged (its number, its type, its count
+// of elements or of overflow pages) is refused with the file named and a
+// reason, never with a panic: bbolt asserts these fields, and Tx.Check does
+// it in a goroutine of its own, where a failed assertion ends the process.
+func TestDamagedPageHeaderRefused(t *testing.T) {
+	b := written(t, 300)
+	used, page := size(t, b)
+	var inUse []int // the pages in use, overflow pages left out
+	file := filepath.Join(t.TempDir(), FileName)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(file, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.View(func(tx *bbolt.Tx) error {
+		for id := 2; id < used/page; {
+			info, err := tx.Page(id)
+			if err != nil || info == nil {
+				t.Fatalf("page %d: %+v, %v", id, info, err)
+			}
+			if info.Type == "free" {
+				id++
+				continue
+			}
+			inUse = append(inUse, id)
+			id += 1 + info.OverflowCount
+		}
+		return nil
+	})
+	db.Close()
+	for _, id := range inUse {
+		for _, field := range []struct {
+			name string
+			off  int
+			v    byte
+		}{{"number", 0, 0x55}, {"type", 8, 0x01}, {"type", 8, 0x10}, {"count", 10, 0xff}, {"count", 11, 0xff}, {"overflow", 12, 0x7f}} {
+			c := bytes.Clone(b)
+			c[id*page+field.off] = field.v
+			if bytes.Equal(c, b) {
+				continue
+			}
+			path, err := startOn(t, c)
+			if err == nil {
+				t.Errorf("page %d, its %s set to %#x: the file was loaded", id, field.name, field.v)
+				continue
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, path) || !strings.Contains(msg, "not a data file this service can read") {
+				t.Errorf("page %d, its %s set to %#x: got %q, want it to name %s and say it cannot be read", id, field.name, field.v, msg, path)
+			}
+			if strings.Contains(msg, "runtime error") || strings.Contains(msg, "assertion failed") {
+				t.Errorf("page %d, its %s set to %#x: got %q", id, field.name, field.v, msg)
+			}
+		}
+	}
+	t.Logf("%d pages in use of %d", len(inUse), used/page)
+}

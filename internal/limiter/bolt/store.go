@@ -4,6 +4,7 @@ package bolt
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -270,6 +271,10 @@ func openDB(path string) (db *bbolt.DB, err error) {
 		return nil, err
 	}
 	err = db.View(func(tx *bbolt.Tx) error {
+		if err := checkPages(tx, path, db.Info().PageSize); err != nil {
+			return err
+		}
+		readAll(tx)
 		var errs []error
 		for err := range tx.Check() {
 			errs = append(errs, err)
@@ -281,6 +286,80 @@ func openDB(path string) (db *bbolt.DB, err error) {
 		return nil, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	return db, nil
+}
+
+// checkPages checks the header of every page in use of the file at path,
+// as Tx.Check asserts it: that it holds the page's own number and one type,
+// and that its overflow pages are in use, before the last page.
+// Tx.Check asserts it in a goroutine of its own, where a failed assertion
+// ends the process; checkPages returns an error instead. A page's number
+// is the first field of its header, in the machine's byte order, as bbolt
+// writes it.
+func checkPages(tx *bbolt.Tx, path string, pageSize int) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var hdr [8]byte
+	for id := 2; ; {
+		info, err := tx.Page(id)
+		switch {
+		case err != nil:
+			return err
+		case info == nil: // past the last page
+			return nil
+		case info.Type == "free":
+			id++
+			continue
+		case info.Type != "branch" && info.Type != "leaf" && info.Type != "freelist":
+			return fmt.Errorf("page %d: of type %s", id, info.Type)
+		}
+		if _, err := f.ReadAt(hdr[:], int64(id)*int64(pageSize)); err != nil {
+			return err
+		}
+		if got := binary.NativeEndian.Uint64(hdr[:]); got != uint64(id) {
+			return fmt.Errorf("page %d: its header says page %d", id, got)
+		}
+		// Its overflow pages are freed with it: a free one among them
+		// would be freed twice, a failed assertion in a later write.
+		for o := id + 1; o <= id+info.OverflowCount; o++ {
+			switch next, err := tx.Page(o); {
+			case err != nil:
+				return err
+			case next == nil:
+				return fmt.Errorf("page %d: its %d overflow pages run past the last page", id, info.OverflowCount)
+			case next.Type == "free":
+				return fmt.Errorf("page %d: its overflow page %d is free", id, o)
+			}
+		}
+		id += 1 + info.OverflowCount
+	}
+}
+
+// readAll reads every key and value of every bucket of the file, as
+// Tx.Check does: a page that bbolt cannot read then panics or faults here,
+// in the goroutine that openDB recovers, rather than in the one that
+// Tx.Check starts, where a panic ends the process.
+func readAll(tx *bbolt.Tx) (sum byte) {
+	var visit func(b *bbolt.Bucket)
+	visit = func(b *bbolt.Bucket) {
+		b.ForEach(func(k, v []byte) error {
+			if v == nil {
+				if nested := b.Bucket(k); nested != nil {
+					visit(nested)
+				}
+				return nil
+			}
+			// A value is one run of the memory map: its ends are in it.
+			if len(v) > 0 {
+				sum += v[0] ^ v[len(v)-1]
+			}
+			return nil
+		})
+	}
+	tx.ForEach(func(_ []byte, b *bbolt.Bucket) error { visit(b); return nil })
+	return sum
 }
 
 // checkSize refuses a file at path shorter than the pages its meta page
