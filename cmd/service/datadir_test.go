@@ -637,12 +637,21 @@ func TestDataDirRefusesDamagedFile(t *testing.T) {
 	}
 	var state []byte // the limiters' saved state
 	var used int64   // the bytes the file's pages take
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	leaf := 0        // a leaf page in use
+	db, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	page := db.Info().PageSize
 	db.View(func(tx *bbolt.Tx) error {
 		used = tx.Size()
+		for id := 2; leaf == 0; id++ {
+			if info, err := tx.Page(id); err != nil || info == nil {
+				break
+			} else if info.Type == "leaf" {
+				leaf = id
+			}
+		}
 		if b := tx.Bucket([]byte("state")); b != nil && b.Bucket([]byte("limiters")) != nil {
 			_, v := b.Bucket([]byte("limiters")).Cursor().First()
 			state = bytes.Clone(v)
@@ -650,9 +659,11 @@ func TestDataDirRefusesDamagedFile(t *testing.T) {
 		return nil
 	})
 	db.Close()
-	if len(state) < 100 || used > int64(len(written)) {
-		t.Fatalf("the file: %d bytes of saved state, pages taking %d of its %d bytes", len(state), used, len(written))
+	if len(state) < 100 || used > int64(len(written)) || leaf == 0 {
+		t.Fatalf("the file: %d bytes of saved state, pages taking %d of its %d bytes, leaf page %d", len(state), used, len(written), leaf)
 	}
+	damaged := bytes.Clone(written)
+	damaged[leaf*page] ^= 0x55 // the page's number, in its header
 	// flipped flips bit in the file, at offset i of every copy of v.
 	flipped := func(v []byte, i int, bit byte) []byte {
 		b := bytes.Clone(written)
@@ -678,7 +689,8 @@ func TestDataDirRefusesDamagedFile(t *testing.T) {
 		{"a limit of 5 made 7", flipped([]byte(`"limit":5,`), len(`"limit":`), 0x02), []string{path, `record limiters/"api": checksum mismatch`}},
 		{"a bit of the saved state", flipped(state, len(state)/2, 0x10), []string{path, "record state/limiters/0: checksum mismatch"}},
 		{"cut inside a page", written[:used-100], []string{path, "truncated: "}},
-		{"cut at a page boundary", written[:used-4096], []string{path, "truncated: "}},
+		{"cut at a page boundary", written[:used-int64(page)], []string{path, "truncated: "}},
+		{"a page header damaged", damaged, []string{path, fmt.Sprintf("page %d: its header says page", leaf)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(path, tc.file, 0o600); err != nil {
@@ -690,7 +702,7 @@ func TestDataDirRefusesDamagedFile(t *testing.T) {
 					t.Errorf("the service logged\n%s\nwant it to say %s", logged, want)
 				}
 			}
-			for _, leak := range []string{"runtime error", "nil pointer", "fault", "panic"} {
+			for _, leak := range []string{"runtime error", "nil pointer", "fault", "panic", "assertion"} {
 				if strings.Contains(logged, leak) {
 					t.Errorf("the service logged\n%s\nwhich says %q", logged, leak)
 				}
