@@ -135,5 +135,8 @@ func upgrade(tx *bbolt.Tx) error {
 			return err
 		}
 	}
-	return tx.Bucket(metaBucket).Put(formatKey, seal(string(metaBucket), formatKey, []byte(format)))
+	if err := tx.Bucket(metaBucket).Put(formatKey, seal(string(metaBucket), formatKey, []byte(format))); err != nil {
+		return err
+	}
+	return putContents(tx, count(tx))
 }

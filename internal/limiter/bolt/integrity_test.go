@@ -337,7 +337,10 @@ func TestFormat1FileUpgraded(t *testing.T) {
 			if got := string(tx.Bucket(metaBucket).Get(formatKey)); got != string(seal("meta", formatKey, []byte(format))) {
 				return fmt.Errorf("format %q, want %q with its checksum", got, format)
 			}
-			return verify(tx)
+			if err := verify(tx); err != nil {
+				return err
+			}
+			return checkContents(tx)
 		})
 		db.Close()
 		if err != nil {
@@ -404,4 +407,78 @@ func TestDamagedPageHeaderRefused(t *testing.T) {
 		}
 	}
 	t.Logf("%d pages in use of %d", len(inUse), used/page)
+}
+
+// A record dropped from the file, whole, is refused: with a bit flipped
+// in the count of a leaf page's elements, the last of them is gone (the
+// tenants' saved state, or the whole state bucket) and every record left
+// has its checksum; so do a definition, a table's state or the state
+// deleted.
+func TestDroppedRecordRefused(t *testing.T) {
+	b := written(t, 0)
+	file := filepath.Join(t.TempDir(), FileName)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	used, page := size(t, b)
+	db, err := bbolt.Open(file, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaves []int
+	db.View(func(tx *bbolt.Tx) error {
+		for id := 2; id < used/page; id++ {
+			if info, err := tx.Page(id); err == nil && info != nil && info.Type == "leaf" {
+				leaves = append(leaves, id)
+			}
+		}
+		return nil
+	})
+	db.Close()
+	type damage struct {
+		name string
+		file []byte
+	}
+	var cases []damage
+	for _, id := range leaves {
+		c := bytes.Clone(b)
+		c[id*page+10] ^= 1 // the low byte of the page's count of elements
+		cases = append(cases, damage{fmt.Sprintf("leaf page %d, its count's low bit flipped", id), c})
+	}
+	for _, d := range []struct {
+		name string
+		drop func(tx *bbolt.Tx) error
+	}{
+		{"a definition deleted", func(tx *bbolt.Tx) error { return tx.Bucket(limitersBucket).Delete([]byte("log")) }},
+		{"the tenants' state deleted", func(tx *bbolt.Tx) error { return tx.Bucket(stateBucket).DeleteBucket([]byte("tenants")) }},
+		{"the state deleted", func(tx *bbolt.Tx) error { return tx.DeleteBucket(stateBucket) }},
+		{"the state header deleted", func(tx *bbolt.Tx) error { return tx.Bucket(stateBucket).Delete(headerKey) }},
+	} {
+		f := filepath.Join(t.TempDir(), FileName)
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		db, err := bbolt.Open(f, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.Update(d.drop)
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, damage{d.name, c})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path, err := startOn(t, tc.file)
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "not a data file this service can read") {
+				t.Errorf("got %v, want it refused, naming %s", err, path)
+			}
+		})
+	}
 }

@@ -188,7 +188,10 @@ func (s *Store) Restore(onError func(error)) (Restored, error) {
 		if err != nil {
 			return err
 		}
-		return b.Put(headerKey, seal(string(stateBucket), headerKey, h.encode()))
+		if err := b.Put(headerKey, seal(string(stateBucket), headerKey, h.encode())); err != nil {
+			return err
+		}
+		return updateContents(tx, func(c *contents) { c.state = true })
 	}); err != nil {
 		return Restored{}, fmt.Errorf("bolt: %s: mark the file in use: %w", s.path, err)
 	}
@@ -267,7 +270,15 @@ func (s *Store) save(clean bool) error {
 				state = state[n:]
 			}
 		}
-		return b.Put(headerKey, seal(string(stateBucket), headerKey, h.encode()))
+		if err := b.Put(headerKey, seal(string(stateBucket), headerKey, h.encode())); err != nil {
+			return err
+		}
+		return updateContents(tx, func(c *contents) {
+			c.state = true
+			for name, state := range states {
+				c.tables[name] = tableState{chunks: uint64((len(state) + chunkSize - 1) / chunkSize), bytes: uint64(len(state))}
+			}
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("bolt: %s: save the state: %w", s.path, err)

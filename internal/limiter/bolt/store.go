@@ -196,6 +196,9 @@ func (s *Store) load() error {
 			if err := verify(tx); err != nil {
 				return err
 			}
+			if err := checkContents(tx); err != nil {
+				return err
+			}
 		} else if st := tx.Bucket(stateBucket); st != nil && st.Get(headerKey) != nil {
 			if _, err := decodeHeader(st.Get(headerKey)); err != nil {
 				return err
@@ -234,8 +237,10 @@ func (s *Store) load() error {
 		if err := meta.Put(formatKey, seal(string(metaBucket), formatKey, []byte(format))); err != nil {
 			return err
 		}
-		_, err = tx.CreateBucket(limitersBucket)
-		return err
+		if _, err = tx.CreateBucket(limitersBucket); err != nil {
+			return err
+		}
+		return putContents(tx, contents{})
 	})
 }
 
@@ -407,7 +412,12 @@ func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 	v, err := encode(def.Normalize())
 	if err == nil {
 		err = s.db.Update(func(tx *bbolt.Tx) error {
-			return tx.Bucket(limitersBucket).Put([]byte(def.Name), seal(string(limitersBucket), []byte(def.Name), v))
+			b, k := tx.Bucket(limitersBucket), []byte(def.Name)
+			added := b.Get(k) == nil
+			if err := b.Put(k, seal(string(limitersBucket), k, v)); err != nil || !added {
+				return err
+			}
+			return updateContents(tx, func(c *contents) { c.limiters++ })
 		})
 	}
 	if err != nil {
@@ -425,7 +435,14 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	err := s.db.Update(func(tx *bbolt.Tx) error {
-		return tx.Bucket(limitersBucket).Delete([]byte(name))
+		b, k := tx.Bucket(limitersBucket), []byte(name)
+		if b.Get(k) == nil {
+			return nil
+		}
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+		return updateContents(tx, func(c *contents) { c.limiters-- })
 	})
 	if err != nil {
 		return fmt.Errorf("bolt: delete %q: %w: %w", name, limiter.ErrNotDurable, err)

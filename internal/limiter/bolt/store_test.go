@@ -213,7 +213,10 @@ func TestUntrustedFileRefused(t *testing.T) {
 			db, _ := bbolt.Open(path, 0o600, nil)
 			db.Update(func(tx *bbolt.Tx) error {
 				v := seal(string(limitersBucket), []byte("bad"), []byte(`{"limit":0,"period_ns":1000000000,"algorithm":"gcra"}`))
-				return tx.Bucket(limitersBucket).Put([]byte("bad"), v)
+				if err := tx.Bucket(limitersBucket).Put([]byte("bad"), v); err != nil {
+					return err
+				}
+				return updateContents(tx, func(c *contents) { c.limiters++ })
 			})
 			db.Close()
 		}, `limiter "bad": invalid policy`},
