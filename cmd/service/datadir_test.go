@@ -664,6 +664,22 @@ func TestDataDirRefusesDamagedFile(t *testing.T) {
 	}
 	damaged := bytes.Clone(written)
 	damaged[leaf*page] ^= 0x55 // the page's number, in its header
+	// The saved state deleted whole: every record left has its checksum.
+	if err := os.WriteFile(path, written, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = bbolt.Open(path, 0o600, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error { return tx.DeleteBucket([]byte("state")) })
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateless, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// flipped flips bit in the file, at offset i of every copy of v.
 	flipped := func(v []byte, i int, bit byte) []byte {
 		b := bytes.Clone(written)
@@ -691,6 +707,7 @@ func TestDataDirRefusesDamagedFile(t *testing.T) {
 		{"cut inside a page", written[:used-100], []string{path, "truncated: "}},
 		{"cut at a page boundary", written[:used-int64(page)], []string{path, "truncated: "}},
 		{"a page header damaged", damaged, []string{path, fmt.Sprintf("page %d: its header says page", leaf)}},
+		{"the saved state deleted", stateless, []string{path, "do not add up to its contents record: the state header is missing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(path, tc.file, 0o600); err != nil {
