@@ -109,7 +109,8 @@ type Options struct {
 // refuses a file it cannot trust rather than start empty: one that another
 // process holds open, one that is not a bbolt file, is corrupt or shorter
 // than its pages, one that bbolt reads but this package did not write, one
-// with a record whose checksum does not match (see checksum.go), and one
+// with a record whose checksum does not match (see checksum.go) or whose
+// records do not add up to its contents record (see contents.go), and one
 // holding a definition that mem refuses (more limiters than its maximum,
 // say); the error names the file and, for a checksum, the record. A file
 // of format 1 is rewritten with checksums once read. It waits up to
@@ -173,10 +174,11 @@ func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// load checks the file's format and the checksum of every record, writing
-// the format into a new file, and puts the limiters the file holds into
-// the memory store; it rewrites a file of format1 with checksums once
-// read. It writes nothing to a file it refuses.
+// load checks the file's format, the checksum of every record and its
+// contents record, writing them into a new file, and puts the limiters the
+// file holds into the memory store; it rewrites a file of format1 with
+// checksums, and its contents record, once read. It writes nothing to a
+// file it refuses.
 func (s *Store) load() error {
 	var fresh, old bool
 	err := s.db.View(func(tx *bbolt.Tx) error {
