@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -19,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	bbolt "go.etcd.io/bbolt"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 )
@@ -567,5 +571,162 @@ func TestDataDirRestartKeepsCounts(t *testing.T) {
 		if got := available(t, url(path)); got != 0 {
 			t.Errorf("%s after SIGKILL: %d left, want 0 (exhausted at the restart)", path, got)
 		}
+	}
+}
+
+// refusedStart runs the service with args, expecting it to refuse to
+// start: it returns what the service wrote to stderr once it exited with
+// status 1, and fails if it listened instead.
+func refusedStart(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	args = append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", ""}, args...)
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for sc := bufio.NewScanner(pipe); sc.Scan(); {
+		out.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), `"msg":"listening"`) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the service started; it logged\n%s", out.String())
+		}
+	}
+	err = cmd.Wait()
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("the service exited with %v, want exit status 1; it logged\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+// TestDataDirRefusesDamagedFile starts the service on a data file that
+// changed after it was written, a bit flipped in a definition or in the
+// saved state, or cut short: it refuses to start, exits with status 1
+// and says which file, which record and why, and leaves the file as it
+// was.
+func TestDataDirRefusesDamagedFile(t *testing.T) {
+	data := t.TempDir()
+	c := startChild(t, "--data-dir", data)
+	ctx := t.Context()
+	for i := range 40 {
+		if code, body, err := putLimiter(ctx, c.base, fmt.Sprintf("limiter-%02d", i), int64(100+i)); err != nil || code != http.StatusCreated {
+			t.Fatalf("create: %d %s %v", code, body, err)
+		}
+	}
+	if code, body, err := putLimiter(ctx, c.base, "api", 5); err != nil || code != http.StatusCreated {
+		t.Fatalf("create api: %d %s %v", code, body, err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/limiters/api/acquire", strings.NewReader(`{"permits":5}`))
+	req.Header.Set("Content-Type", "application/json")
+	if code, b, err := do(req); err != nil || code != http.StatusOK || !bytes.Contains(b, []byte(`"allowed":true`)) {
+		t.Fatalf("acquire: %d %s %v", code, b, err)
+	}
+	c.stop(t)
+	path := filepath.Join(data, "ratelimiter.db")
+	written, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state []byte // the limiters' saved state
+	var used int64   // the bytes the file's pages take
+	leaf := 0        // a leaf page in use
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := db.Info().PageSize
+	db.View(func(tx *bbolt.Tx) error {
+		used = tx.Size()
+		for id := 2; leaf == 0; id++ {
+			if info, err := tx.Page(id); err != nil || info == nil {
+				break
+			} else if info.Type == "leaf" {
+				leaf = id
+			}
+		}
+		if b := tx.Bucket([]byte("state")); b != nil && b.Bucket([]byte("limiters")) != nil {
+			_, v := b.Bucket([]byte("limiters")).Cursor().First()
+			state = bytes.Clone(v)
+		}
+		return nil
+	})
+	db.Close()
+	if len(state) < 100 || used > int64(len(written)) || leaf == 0 {
+		t.Fatalf("the file: %d bytes of saved state, pages taking %d of its %d bytes, leaf page %d", len(state), used, len(written), leaf)
+	}
+	damaged := bytes.Clone(written)
+	damaged[leaf*page] ^= 0x55 // the page's number, in its header
+	// The saved state deleted whole: every record left has its checksum.
+	if err := os.WriteFile(path, written, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = bbolt.Open(path, 0o600, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error { return tx.DeleteBucket([]byte("state")) })
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateless, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flipped flips bit in the file, at offset i of every copy of v.
+	flipped := func(v []byte, i int, bit byte) []byte {
+		b := bytes.Clone(written)
+		n := 0
+		for off := 0; ; n++ {
+			j := bytes.Index(b[off:], v)
+			if j < 0 {
+				break
+			}
+			b[off+j+i] ^= bit
+			off += j + len(v)
+		}
+		if n == 0 {
+			t.Fatalf("%q is not in the file", v)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		file []byte
+		want []string
+	}{
+		{"a limit of 5 made 7", flipped([]byte(`"limit":5,`), len(`"limit":`), 0x02), []string{path, `record limiters/"api": checksum mismatch`}},
+		{"a bit of the saved state", flipped(state, len(state)/2, 0x10), []string{path, "record state/limiters/0: checksum mismatch"}},
+		{"cut inside a page", written[:used-100], []string{path, "truncated: "}},
+		{"cut at a page boundary", written[:used-int64(page)], []string{path, "truncated: "}},
+		{"a page header damaged", damaged, []string{path, fmt.Sprintf("page %d: its header says page", leaf)}},
+		{"the saved state deleted", stateless, []string{path, "do not add up to its contents record: the state header is missing"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(path, tc.file, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			logged := refusedStart(t, "--data-dir", data)
+			for _, want := range tc.want {
+				if !strings.Contains(logged, want) {
+					t.Errorf("the service logged\n%s\nwant it to say %s", logged, want)
+				}
+			}
+			for _, leak := range []string{"runtime error", "nil pointer", "fault", "panic", "assertion"} {
+				if strings.Contains(logged, leak) {
+					t.Errorf("the service logged\n%s\nwhich says %q", logged, leak)
+				}
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(after, tc.file) {
+				t.Error("the refused file was changed")
+			}
+		})
 	}
 }

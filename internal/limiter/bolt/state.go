@@ -131,7 +131,10 @@ func (s *Store) Restore(onError func(error)) (Restored, error) {
 		if v == nil {
 			return nil
 		}
-		var err error
+		v, err := unseal(string(stateBucket), headerKey, v)
+		if err != nil {
+			return err
+		}
 		if h, err = decodeHeader(v); err != nil {
 			return err
 		}
@@ -141,8 +144,13 @@ func (s *Store) Restore(onError func(error)) (Restored, error) {
 			if tb == nil {
 				continue
 			}
+			path := string(stateBucket) + "/" + name
 			var buf []byte
-			if err := tb.ForEach(func(_, v []byte) error { buf = append(buf, v...); return nil }); err != nil {
+			if err := tb.ForEach(func(k, v []byte) error {
+				v, err := unseal(path, k, v)
+				buf = append(buf, v...)
+				return err
+			}); err != nil {
 				return err
 			}
 			chunks[name] = buf
@@ -180,7 +188,10 @@ func (s *Store) Restore(onError func(error)) (Restored, error) {
 		if err != nil {
 			return err
 		}
-		return b.Put(headerKey, h.encode())
+		if err := b.Put(headerKey, seal(string(stateBucket), headerKey, h.encode())); err != nil {
+			return err
+		}
+		return updateContents(tx, func(c *contents) { c.state = true })
 	}); err != nil {
 		return Restored{}, fmt.Errorf("bolt: %s: mark the file in use: %w", s.path, err)
 	}
@@ -248,15 +259,26 @@ func (s *Store) save(clean bool) error {
 			if err != nil {
 				return err
 			}
+			path := string(stateBucket) + "/" + name
 			for i := 0; len(state) > 0; i++ {
 				n := min(len(state), chunkSize)
-				if err := tb.Put(binary.BigEndian.AppendUint64(nil, uint64(i)), state[:n]); err != nil {
+				k := binary.BigEndian.AppendUint64(nil, uint64(i))
+				v := append(make([]byte, 0, n+checksumSize), state[:n]...)
+				if err := tb.Put(k, seal(path, k, v)); err != nil {
 					return err
 				}
 				state = state[n:]
 			}
 		}
-		return b.Put(headerKey, h.encode())
+		if err := b.Put(headerKey, seal(string(stateBucket), headerKey, h.encode())); err != nil {
+			return err
+		}
+		return updateContents(tx, func(c *contents) {
+			c.state = true
+			for name, state := range states {
+				c.tables[name] = tableState{chunks: uint64((len(state) + chunkSize - 1) / chunkSize), bytes: uint64(len(state))}
+			}
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("bolt: %s: save the state: %w", s.path, err)

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -250,9 +251,15 @@ func TestCorruptStateRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
+		// Half of the record, with a checksum of its own and counted in
+		// the contents: the file adds up, what it holds cannot be read.
 		b := tx.Bucket(stateBucket).Bucket([]byte("limiters"))
 		k, v := b.Cursor().First()
-		return b.Put(k, v[:len(v)/2])
+		half := bytes.Clone(v[:(len(v)-checksumSize)/2])
+		if err := b.Put(k, seal("state/limiters", k, half)); err != nil {
+			return err
+		}
+		return updateContents(tx, func(c *contents) { c.tables["limiters"] = tableState{chunks: 1, bytes: uint64(len(half))} })
 	})
 	db.Close()
 	if err != nil {

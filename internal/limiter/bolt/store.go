@@ -4,9 +4,11 @@ package bolt
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -24,10 +26,16 @@ import (
 // FileName is the name of the data file in its directory.
 const FileName = "ratelimiter.db"
 
-// format is what the data file's meta bucket holds under formatKey: a file
-// without it was not written by this package, and one with another value
-// by a version that this one cannot read.
-const format = "ratelimiter 1"
+// format is what the data file's meta bucket holds under formatKey, with
+// its checksum (see checksum.go): a file without it was not written by
+// this package, and one with another value by a version that this one
+// cannot read, except format1.
+const format = "ratelimiter 2"
+
+// format1 is the format of the files written before every record carried
+// a checksum: the same records, without it. Open reads such a file and
+// rewrites it as one of format.
+const format1 = "ratelimiter 1"
 
 var (
 	metaBucket     = []byte("meta")
@@ -99,9 +107,13 @@ type Options struct {
 // and puts the limiters it holds into mem, which should be empty and decide
 // on opts.Clock (Restore then reads their state back). It
 // refuses a file it cannot trust rather than start empty: one that another
-// process holds open, one that is not a bbolt file or is corrupt, one that
-// bbolt reads but this package did not write, and one holding a definition
-// that mem refuses (more limiters than its maximum, say). It waits up to
+// process holds open, one that is not a bbolt file, is corrupt or shorter
+// than its pages, one that bbolt reads but this package did not write, one
+// with a record whose checksum does not match (see checksum.go) or whose
+// records do not add up to its contents record (see contents.go), and one
+// holding a definition that mem refuses (more limiters than its maximum,
+// say); the error names the file and, for a checksum, the record. A file
+// of format 1 is rewritten with checksums once read. It waits up to
 // opts.LockWait for a process that holds the file to let go of it. The caller
 // closes the Store once nothing uses it.
 func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
@@ -134,13 +146,19 @@ func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("bolt: %s is in use by another process, still after %s (a second instance on the same data directory?)", path, opts.LockWait)
+	case errors.Is(err, errTruncated):
+		return nil, fmt.Errorf("bolt: %s: %w; move it aside to start empty", path, err)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, errUnreadable):
 		if !errors.Is(err, errUnreadable) {
 			err = fmt.Errorf("%w: %w", errUnreadable, err)
 		}
 		return nil, fmt.Errorf("bolt: %s: %w (corrupt, truncated or of another program); move it aside to start empty", path, err)
 	case err != nil:
-		return nil, fmt.Errorf("bolt: %w", err) // it names the file
+		var perr *fs.PathError
+		if errors.As(err, &perr) {
+			return nil, fmt.Errorf("bolt: %w", err) // it names the file
+		}
+		return nil, fmt.Errorf("bolt: %s: %w", path, err)
 	}
 	s := &Store{Store: mem, db: db, path: path, clock: opts.Clock, wall: opts.Wall, tables: map[string]Table{"limiters": mem}, sizes: make(map[string]int)}
 	if opts.Tenants != nil {
@@ -148,29 +166,50 @@ func Open(dir string, mem *memory.Store, opts Options) (*Store, error) {
 	}
 	if err := s.load(); err != nil {
 		db.Close()
+		if errors.Is(err, errUnreadable) {
+			return nil, fmt.Errorf("bolt: %s: %w; move it aside to start empty", path, err)
+		}
 		return nil, fmt.Errorf("bolt: %s: %w", path, err)
 	}
 	return s, nil
 }
 
-// load checks the file's format, writing it into a new file, and puts the
-// limiters the file holds into the memory store. It writes nothing to a
+// load checks the file's format, the checksum of every record and its
+// contents record, writing them into a new file, and puts the limiters the
+// file holds into the memory store; it rewrites a file of format1 with
+// checksums, and its contents record, once read. It writes nothing to a
 // file it refuses.
 func (s *Store) load() error {
-	var fresh bool
+	var fresh, old bool
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		meta := tx.Bucket(metaBucket)
 		if meta == nil {
 			fresh = true
 			return tx.ForEach(func([]byte, *bbolt.Bucket) error { return errForeign })
 		}
-		if got := string(meta.Get(formatKey)); got != format {
-			return fmt.Errorf("%w: format %q, want %q", errForeign, got, format)
+		var err error
+		if old, err = checkFormat(meta.Get(formatKey)); err != nil {
+			return err
 		}
 		if tx.Bucket(limitersBucket) == nil {
 			return fmt.Errorf("%w: no %s bucket", errForeign, limitersBucket)
 		}
+		if !old {
+			if err := verify(tx); err != nil {
+				return err
+			}
+			if err := checkContents(tx); err != nil {
+				return err
+			}
+		} else if st := tx.Bucket(stateBucket); st != nil && st.Get(headerKey) != nil {
+			if _, err := decodeHeader(st.Get(headerKey)); err != nil {
+				return err
+			}
+		}
 		return tx.Bucket(limitersBucket).ForEach(func(k, v []byte) error {
+			if !old {
+				v = v[:len(v)-checksumSize] // verified above
+			}
 			def, err := decode(string(k), v)
 			if err != nil {
 				return err
@@ -181,47 +220,68 @@ func (s *Store) load() error {
 			return nil
 		})
 	})
-	if err != nil || !fresh {
+	switch {
+	case err != nil:
 		return err
+	case old:
+		if err := s.db.Update(upgrade); err != nil {
+			return fmt.Errorf("rewrite with checksums: %w", err)
+		}
+		return nil
+	case !fresh:
+		return nil
 	}
 	return s.db.Update(func(tx *bbolt.Tx) error {
 		meta, err := tx.CreateBucket(metaBucket)
 		if err != nil {
 			return err
 		}
-		if err := meta.Put(formatKey, []byte(format)); err != nil {
+		if err := meta.Put(formatKey, seal(string(metaBucket), formatKey, []byte(format))); err != nil {
 			return err
 		}
-		_, err = tx.CreateBucket(limitersBucket)
-		return err
+		if _, err = tx.CreateBucket(limitersBucket); err != nil {
+			return err
+		}
+		return putContents(tx, contents{})
 	})
 }
 
 var (
 	errForeign    = errors.New("not a ratelimiter data file")
 	errUnreadable = errors.New("not a data file this service can read")
+	errTruncated  = errors.New("truncated")
 )
 
-// openDB opens the bbolt file at path and checks every page of it. bbolt
-// panics on some corrupt pages rather than return an error, and a page
-// that a truncation cut off faults when read through its memory map:
-// openDB turns both into an error wrapping errUnreadable, at start-up,
-// rather than let them happen while serving.
+// openDB opens the bbolt file at path and checks every page of it. A file
+// shorter than the pages its meta page counts (one cut short) is refused
+// before bbolt reads past its end, which faults: see checkSize. bbolt
+// panics on some corrupt pages rather than return an error: openDB turns
+// that into an error wrapping errUnreadable, at start-up, rather than let
+// it happen while serving.
 func openDB(path string) (db *bbolt.DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
-		if r := recover(); r != nil {
+		if recover() != nil {
 			if db != nil {
 				db.Close()
 			}
-			db, err = nil, fmt.Errorf("%w: %v", errUnreadable, r)
+			// What bbolt made of the page (a nil pointer, a fault) says
+			// nothing to whoever reads the error.
+			db, err = nil, fmt.Errorf("%w: a page of it cannot be read", errUnreadable)
 		}
 	}()
+	if err := checkSize(path); err != nil {
+		return nil, err
+	}
 	db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockPoll})
 	if err != nil {
 		return nil, err
 	}
 	err = db.View(func(tx *bbolt.Tx) error {
+		if err := checkPages(tx, path, db.Info().PageSize); err != nil {
+			return err
+		}
+		readAll(tx)
 		var errs []error
 		for err := range tx.Check() {
 			errs = append(errs, err)
@@ -233,6 +293,111 @@ func openDB(path string) (db *bbolt.DB, err error) {
 		return nil, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	return db, nil
+}
+
+// checkPages checks the header of every page in use of the file at path,
+// as Tx.Check asserts it: that it holds the page's own number and one type,
+// and that its overflow pages are in use, before the last page.
+// Tx.Check asserts it in a goroutine of its own, where a failed assertion
+// ends the process; checkPages returns an error instead. A page's number
+// is the first field of its header, in the machine's byte order, as bbolt
+// writes it.
+func checkPages(tx *bbolt.Tx, path string, pageSize int) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var hdr [8]byte
+	for id := 2; ; {
+		info, err := tx.Page(id)
+		switch {
+		case err != nil:
+			return err
+		case info == nil: // past the last page
+			return nil
+		case info.Type == "free":
+			id++
+			continue
+		case info.Type != "branch" && info.Type != "leaf" && info.Type != "freelist":
+			return fmt.Errorf("page %d: of type %s", id, info.Type)
+		}
+		if _, err := f.ReadAt(hdr[:], int64(id)*int64(pageSize)); err != nil {
+			return err
+		}
+		if got := binary.NativeEndian.Uint64(hdr[:]); got != uint64(id) {
+			return fmt.Errorf("page %d: its header says page %d", id, got)
+		}
+		// Its overflow pages are freed with it: a free one among them
+		// would be freed twice, a failed assertion in a later write.
+		for o := id + 1; o <= id+info.OverflowCount; o++ {
+			switch next, err := tx.Page(o); {
+			case err != nil:
+				return err
+			case next == nil:
+				return fmt.Errorf("page %d: its %d overflow pages run past the last page", id, info.OverflowCount)
+			case next.Type == "free":
+				return fmt.Errorf("page %d: its overflow page %d is free", id, o)
+			}
+		}
+		id += 1 + info.OverflowCount
+	}
+}
+
+// readAll reads every key and value of every bucket of the file, as
+// Tx.Check does: a page that bbolt cannot read then panics or faults here,
+// in the goroutine that openDB recovers, rather than in the one that
+// Tx.Check starts, where a panic ends the process.
+func readAll(tx *bbolt.Tx) (sum byte) {
+	var visit func(b *bbolt.Bucket)
+	visit = func(b *bbolt.Bucket) {
+		b.ForEach(func(k, v []byte) error {
+			if v == nil {
+				if nested := b.Bucket(k); nested != nil {
+					visit(nested)
+				}
+				return nil
+			}
+			// A value is one run of the memory map: its ends are in it.
+			if len(v) > 0 {
+				sum += v[0] ^ v[len(v)-1]
+			}
+			return nil
+		})
+	}
+	tx.ForEach(func(_ []byte, b *bbolt.Bucket) error { visit(b); return nil })
+	return sum
+}
+
+// checkSize refuses a file at path shorter than the pages its meta page
+// counts, with an error wrapping errUnreadable and errTruncated. It opens the file read-only,
+// which reads its meta pages and nothing else, and asks the size the pages
+// take (Tx.Size). A file that does not exist yet passes; one that another
+// process holds gives bbolt's ErrTimeout, as opening it would.
+func checkSize(path string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: lockPoll})
+	var perr *fs.PathError
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout), errors.Is(err, bolterrors.ErrInvalid),
+		errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrVersionMismatch), errors.As(err, &perr):
+		return err
+	case err != nil:
+		// "file size too small", shorter than the two meta pages.
+		return fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	defer db.Close()
+	var need int64
+	db.View(func(tx *bbolt.Tx) error { need = tx.Size(); return nil })
+	if fi.Size() < need {
+		return fmt.Errorf("%w: %w: %d bytes, and its pages take %d", errUnreadable, errTruncated, fi.Size(), need)
+	}
+	return nil
 }
 
 // Put creates or replaces a limiter as memory.Store.Put does, and writes
@@ -249,7 +414,12 @@ func (s *Store) Put(ctx context.Context, def limiter.Definition) (bool, error) {
 	v, err := encode(def.Normalize())
 	if err == nil {
 		err = s.db.Update(func(tx *bbolt.Tx) error {
-			return tx.Bucket(limitersBucket).Put([]byte(def.Name), v)
+			b, k := tx.Bucket(limitersBucket), []byte(def.Name)
+			added := b.Get(k) == nil
+			if err := b.Put(k, seal(string(limitersBucket), k, v)); err != nil || !added {
+				return err
+			}
+			return updateContents(tx, func(c *contents) { c.limiters++ })
 		})
 	}
 	if err != nil {
@@ -267,7 +437,14 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	err := s.db.Update(func(tx *bbolt.Tx) error {
-		return tx.Bucket(limitersBucket).Delete([]byte(name))
+		b, k := tx.Bucket(limitersBucket), []byte(name)
+		if b.Get(k) == nil {
+			return nil
+		}
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+		return updateContents(tx, func(c *contents) { c.limiters-- })
 	})
 	if err != nil {
 		return fmt.Errorf("bolt: delete %q: %w: %w", name, limiter.ErrNotDurable, err)

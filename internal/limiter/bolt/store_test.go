@@ -212,7 +212,11 @@ func TestUntrustedFileRefused(t *testing.T) {
 			valid(t, path)
 			db, _ := bbolt.Open(path, 0o600, nil)
 			db.Update(func(tx *bbolt.Tx) error {
-				return tx.Bucket(limitersBucket).Put([]byte("bad"), []byte(`{"limit":0,"period_ns":1000000000,"algorithm":"gcra"}`))
+				v := seal(string(limitersBucket), []byte("bad"), []byte(`{"limit":0,"period_ns":1000000000,"algorithm":"gcra"}`))
+				if err := tx.Bucket(limitersBucket).Put([]byte("bad"), v); err != nil {
+					return err
+				}
+				return updateContents(tx, func(c *contents) { c.limiters++ })
 			})
 			db.Close()
 		}, `limiter "bad": invalid policy`},
