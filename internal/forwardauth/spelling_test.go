@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
 )
 
 // The upstreams a proxy may forward to, each routing a path as it is
@@ -285,6 +286,49 @@ func TestNoSpellingEscapesARule(t *testing.T) {
 			if err != nil || len(items) > 0 {
 				t.Errorf("%q: got %v (%v), want no rule to apply", written, items, err)
 			}
+		}
+	}
+}
+
+// TestRefusedPathChargesNothing: a request whose path is refused is
+// denied, with fail-open too, and charges nothing, not even the rules that
+// do not match by path; a request with no rule by path is never refused.
+func TestRefusedPathChargesNothing(t *testing.T) {
+	ctx := t.Context()
+	store := limiter.NewService(memory.New(nil, 0))
+	def := limiter.Definition{Name: "per-ip", Keyed: true, Group: "g", Policy: limiter.Policy{Limit: 5, Period: limiter.MaxPeriod}.Normalize()}
+	if _, err := store.Put(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	client := netip.MustParseAddr("203.0.113.7")
+	byIP := Rule{Limiter: "per-ip", Key: ByClientIP, Permits: 1}
+	byPath := Rule{Limiter: "per-ip", Key: ByClientIP, PathPrefix: "/login", Permits: 1}
+	for _, tt := range []struct {
+		name    string
+		rules   []Rule
+		refused bool
+		left    int64
+	}{
+		{"a rule by path", []Rule{byIP, byPath}, true, 5},
+		{"no rule by path", []Rule{byIP}, false, 4},
+	} {
+		cfg := Config{Rules: tt.rules, DenyStatus: 429, IPv6Prefix: 64}
+		if err := cfg.Check(map[string]limiter.Definition{"per-ip": def}); err != nil {
+			t.Fatal(err)
+		}
+		a, err := NewService(cfg, store, true).Decide(ctx, Request{Method: "POST", Path: "/x/../login", Client: client, Header: header()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.Refused != nil; got != tt.refused || a.Allowed == tt.refused {
+			t.Errorf("%s: got refused %v (%v), allowed %v; want refused %v", tt.name, got, a.Refused, a.Allowed, tt.refused)
+		}
+		av, err := store.AvailableKey(ctx, "per-ip", client.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if av.Remaining != tt.left {
+			t.Errorf("%s: %d left, want %d", tt.name, av.Remaining, tt.left)
 		}
 	}
 }
