@@ -52,6 +52,9 @@ func RoutePath(uri string) (string, error) {
 		}
 		p = "/" + p
 	}
+	if asRouted(p) {
+		return p, nil
+	}
 	for n := 0; ; n++ {
 		d, changed := decode(p)
 		if !changed {
@@ -93,6 +96,23 @@ func RoutePath(uri string) (string, error) {
 		b.WriteByte('/')
 	}
 	return b.String(), nil
+}
+
+// asRouted reports whether p, which starts with a slash, is written as
+// RoutePath returns it, as most paths are: without an escape, a control
+// character, a backslash, a parameter, an empty segment but the last, or
+// a segment that ends in a dot or a space (a dot segment among them).
+func asRouted(p string) bool {
+	for i := 1; i < len(p); i++ {
+		switch c := p[i]; {
+		case c < 0x20 || c == 0x7f || c == '%' || c == '\\' || c == ';':
+			return false
+		case c == '/' && (p[i-1] == '/' || p[i-1] == '.' || p[i-1] == ' '):
+			return false
+		}
+	}
+	last := p[len(p)-1]
+	return last != '.' && last != ' '
 }
 
 // decode decodes every valid escape of p, keeping the rest as it is, and
