@@ -102,6 +102,12 @@ func TestConfigCheck(t *testing.T) {
 		{"a path encoded", `"/a b"`, func(c *Config) { c.Rules[0].PathPrefix = "/a%20b" }},
 		{"a path with a dot segment", "dot segment", func(c *Config) { c.Rules[0].PathPrefix = "/x/../login" }},
 		{"a relative path", `"/api/"`, func(c *Config) { c.Rules[0].PathPrefix = "api/" }},
+		{"a path parameter", `"/admin/"`, func(c *Config) { c.Rules[0].PathPrefix = "/admin;x/" }},
+		{"a trailing dot", `"/admin/"`, func(c *Config) { c.Rules[0].PathPrefix = "/admin./" }},
+		{"a backslash", `"/admin/x"`, func(c *Config) { c.Rules[0].PathPrefix = `/admin\x` }},
+		{"an escape twice over", `"/admin"`, func(c *Config) { c.Rules[0].PathPrefix = "/%2561dmin" }},
+		{"a % that is no escape", "no escape", func(c *Config) { c.Rules[0].PathPrefix = "/100%" }},
+		{"not UTF-8", "UTF-8", func(c *Config) { c.Rules[0].PathPrefix = "/\xff" }},
 		{"deny status", "429 or 403", func(c *Config) { c.DenyStatus = 500 }},
 		{"both ways to trust", "not both", func(c *Config) {
 			c.ClientIP = ClientIP{Hops: 1, Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}

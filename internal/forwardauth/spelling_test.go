@@ -332,3 +332,38 @@ func TestRefusedPathChargesNothing(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRoutePath holds RoutePath to what it promises of a path it does not
+// refuse: a path from a slash, without an empty segment but the last, a
+// parameter, a backslash, a control character, a valid escape or a name
+// ending in a dot or a space, which it returns unchanged.
+func FuzzRoutePath(f *testing.F) {
+	for _, s := range []string{"/login", "/%2561dmin/x%zz", "/a;b/c", `/a\b`, "/x/../y", "/a./b /", "/%3Fq", "http://h/a", "//", "/%25252541"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, uri string) {
+		got, err := RoutePath(uri)
+		if err != nil {
+			if !errors.Is(err, ErrPath) {
+				t.Fatalf("RoutePath(%q): %v, want ErrPath", uri, err)
+			}
+			return
+		}
+		if !strings.HasPrefix(got, "/") || strings.Contains(got, "//") || strings.ContainsAny(got, `;\`) || escape.MatchString(got) {
+			t.Fatalf("RoutePath(%q) = %q", uri, got)
+		}
+		for i := range len(got) {
+			if c := got[i]; c < 0x20 || c == 0x7f || c == '/' && i > 0 && (got[i-1] == '.' || got[i-1] == ' ') {
+				t.Fatalf("RoutePath(%q) = %q", uri, got)
+			}
+		}
+		if strings.HasSuffix(got, ".") || strings.HasSuffix(got, " ") {
+			t.Fatalf("RoutePath(%q) = %q, a name ending in a dot or a space", uri, got)
+		}
+		if !strings.Contains(got, "?") {
+			if again, err := RoutePath(got); again != got || err != nil {
+				t.Fatalf("RoutePath(%q) = %q, and RoutePath of that = %q, %v", uri, got, again, err)
+			}
+		}
+	})
+}
