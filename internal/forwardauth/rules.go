@@ -155,7 +155,7 @@ var ErrNoClient = errors.New("forwardauth: no usable client address")
 
 // Items returns what req is charged: one item per rule it matches, in rule
 // order (empty when it matches none). The error wraps ErrNoClient, or
-// ErrPath when a rule matches by path and req's path is refused (see
+// ErrPath when some rule has a PathPrefix and req's path is refused (see
 // RoutePath).
 func (c Config) Items(req Request) ([]limiter.Item, error) {
 	var items []limiter.Item
