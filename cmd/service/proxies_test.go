@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -145,12 +147,66 @@ func freePort(t *testing.T) string {
 }
 
 // upstream is the application behind the proxy: it counts the requests
-// that reach it, by the client address the proxy forwarded.
+// that reach it, by the client address the proxy forwarded, and keeps the
+// bytes of every request head it got, whether or not Go's server, which
+// refuses what lenient upstreams serve (an escape that is no escape),
+// accepts them.
 type upstream struct {
 	mu   sync.Mutex
 	seen map[string]int
+	raw  []byte
 	srv  *http.Server
 	addr string
+}
+
+// maxUpstreamRaw bounds what an upstream keeps of the bytes it read.
+const maxUpstreamRaw = 1 << 20
+
+// recordingListener hands out connections that append what they read to
+// an upstream's raw bytes.
+type recordingListener struct {
+	net.Listener
+	u *upstream
+}
+
+func (l recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return recordingConn{c, l.u}, nil
+}
+
+type recordingConn struct {
+	net.Conn
+	u *upstream
+}
+
+func (c recordingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.u.mu.Lock()
+	if len(c.u.raw)+n <= maxUpstreamRaw {
+		c.u.raw = append(c.u.raw, b[:n]...)
+	}
+	c.u.mu.Unlock()
+	return n, err
+}
+
+// reached reports whether a request forwarded for client reached u,
+// served or not: one whose X-Forwarded-For ends with it.
+func (u *upstream) reached(client string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for line := range strings.SplitSeq(string(u.raw), "\r\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if ok && strings.EqualFold(name, "X-Forwarded-For") {
+			parts := strings.Split(value, ",")
+			if strings.TrimSpace(parts[len(parts)-1]) == client {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func newUpstream(t *testing.T) *upstream {
@@ -174,7 +230,7 @@ func newUpstream(t *testing.T) *upstream {
 		u.mu.Unlock()
 		_, _ = io.WriteString(w, "hello\n")
 	})}
-	go u.srv.Serve(l)
+	go u.srv.Serve(recordingListener{l, u})
 	t.Cleanup(func() { u.srv.Close() })
 	return u
 }
@@ -214,6 +270,8 @@ type answer struct {
 	body              string
 }
 
+// send sends a request through c, a POST with a body of 100 KB, and
+// returns what came back.
 func send(t *testing.T, c *http.Client, method, url string, header ...string) answer {
 	t.Helper()
 	var body io.Reader
@@ -221,6 +279,15 @@ func send(t *testing.T, c *http.Client, method, url string, header ...string) an
 		// A body the proxy may or may not pass on: the service ignores it.
 		body = strings.NewReader(strings.Repeat("x", 100<<10))
 	}
+	return sendBody(t, c, method, url, body, header...)
+}
+
+// sendBody is send with the body body, or none when it is nil. A request
+// to be denied is sent without one: HAProxy answers a denial before it
+// has read the body and closes the connection, and a client still
+// writing a large body then gets a broken pipe, not the answer.
+func sendBody(t *testing.T, c *http.Client, method, url string, body io.Reader, header ...string) answer {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
 	if err != nil {
 		t.Fatal(err)
@@ -450,10 +517,10 @@ func TestForwardAuthForgedRequestBehindProxies(t *testing.T) {
 		{"X-Original-Method", http.MethodPost, "/login", []string{"X-Original-Method", "GET"}, 2},
 		{"X-Forwarded-Host", http.MethodPost, "/login", []string{"X-Forwarded-Host", "static.example"}, 2},
 		{"a GET of /page claiming to be a POST /login", http.MethodGet, "/page", claim("POST", "127.0.0.1", "/login"), 3},
-		// The path written otherwise, which the upstream serves as /login.
+		// The path written otherwise, which upstreams serve as /login.
 		{"/%6Cogin", http.MethodPost, "/%6Cogin", nil, 2},
 		{"//login", http.MethodPost, "//login", nil, 2},
-		{"/x/../login", http.MethodPost, "/x/../login", nil, 2},
+		{"/Login;p=1", http.MethodPost, "/Login;p=1", nil, 2},
 	}
 	for _, p := range proxies {
 		t.Run(p.name, func(t *testing.T) {
@@ -497,7 +564,7 @@ func TestForwardAuthForgedRequestBehindProxies(t *testing.T) {
 					t.Fatalf("forged login %d: got %d %q, want 200", i+2, a.status, a.body)
 				}
 			}
-			a := send(t, c, http.MethodPost, url+"/login", forged...)
+			a := sendBody(t, c, http.MethodPost, url+"/login", nil, forged...)
 			if a.status != http.StatusTooManyRequests || !strings.Contains(a.rateLimit, `"login";r=0`) {
 				t.Errorf("forged login 4: got %d, RateLimit %q, want 429 by login", a.status, a.rateLimit)
 			}
@@ -508,7 +575,8 @@ func TestForwardAuthForgedRequestBehindProxies(t *testing.T) {
 // TestTraefikExample checks the shape of the Traefik example, which the
 // suite cannot run (see the README): its router goes through a
 // forwardAuth middleware that asks the service's endpoint, does not trust
-// the client's X-Forwarded-* headers, and hands the RateLimit headers on.
+// the client's X-Forwarded-* headers, passes on every header a rule of
+// ratelimiter.yaml keys by, and hands the RateLimit headers on.
 func TestTraefikExample(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(exampleDir, "traefik.yml"))
 	if err != nil {
@@ -527,6 +595,7 @@ func TestTraefikExample(t *testing.T) {
 					Address             string   `yaml:"address"`
 					TrustForwardHeader  bool     `yaml:"trustForwardHeader"`
 					AuthResponseHeaders []string `yaml:"authResponseHeaders"`
+					AuthRequestHeaders  []string `yaml:"authRequestHeaders"`
 				} `yaml:"forwardAuth"`
 			} `yaml:"middlewares"`
 			Services map[string]struct {
@@ -555,8 +624,192 @@ func TestTraefikExample(t *testing.T) {
 		if fa.TrustForwardHeader {
 			t.Error("trustForwardHeader: got true, want false: the client's X-Forwarded-Uri and -Method would reach the service")
 		}
+		// Every header a rule keys by reaches the service: Traefik passes
+		// all of the client's unless authRequestHeaders names some.
+		if len(fa.AuthRequestHeaders) > 0 {
+			b, err := os.ReadFile(filepath.Join(exampleDir, "ratelimiter.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rules exampleRules
+			if err := yaml.Unmarshal(b, &rules); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rules.ForwardAuth.Rules {
+				if h, ok := strings.CutPrefix(r.Key, "header:"); ok && !slices.ContainsFunc(fa.AuthRequestHeaders, func(n string) bool { return strings.EqualFold(n, h) }) {
+					t.Errorf("authRequestHeaders %v leave out %s, which a rule keys by", fa.AuthRequestHeaders, h)
+				}
+			}
+		}
 	}
 	if s := cfg.HTTP.Services[router.Service].LoadBalancer.Servers; len(s) != 1 || s[0].URL != "http://"+exampleUpstream {
 		t.Errorf("service: got %+v, want the upstream http://%s", s, exampleUpstream)
+	}
+}
+
+// exampleRules are the rules and limiters of a configuration such as
+// examples/forward-auth/ratelimiter.yaml.
+type exampleRules struct {
+	Limiters []struct {
+		Name  string `yaml:"name"`
+		Limit int64  `yaml:"limit"`
+		Keyed bool   `yaml:"keyed"`
+	} `yaml:"limiters"`
+	ForwardAuth struct {
+		Rules []struct {
+			Limiter    string   `yaml:"limiter"`
+			Key        string   `yaml:"key"`
+			PathPrefix string   `yaml:"path_prefix"`
+			Methods    []string `yaml:"methods"`
+			Host       string   `yaml:"host"`
+			Permits    int64    `yaml:"permits"`
+		} `yaml:"rules"`
+	} `yaml:"forward_auth"`
+}
+
+// left is what a limiter has left: of key when it is keyed, of itself
+// otherwise.
+func left(t *testing.T, base, name, key string) int64 {
+	t.Helper()
+	if key != "" {
+		return remaining(t, base, name, key)
+	}
+	res, err := http.Get(base + "/v1/limiters/" + name + "/available")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var a struct{ Remaining int64 }
+	if err := json.NewDecoder(res.Body).Decode(&a); err != nil {
+		t.Fatal(err)
+	}
+	return a.Remaining
+}
+
+// TestForwardAuthExampleRulesApplyBehindProxies: through each proxy, with
+// its example's files, every rule of ratelimiter.yaml applies: a request
+// written to match one rule, from a client of its own, is charged by it.
+// A rule that an example leaves unreachable (a header it does not pass
+// on, a method or path it rewrites) fails here.
+func TestForwardAuthExampleRulesApplyBehindProxies(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(exampleDir, "ratelimiter.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg exampleRules
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	limits := map[string]int64{}
+	for _, l := range cfg.Limiters {
+		limits[l.Name] = l.Limit
+	}
+	if len(cfg.ForwardAuth.Rules) == 0 {
+		t.Fatal("ratelimiter.yaml has no forward_auth rules")
+	}
+	for _, p := range proxies {
+		t.Run(p.name, func(t *testing.T) {
+			base, url, _ := behind(t, p, exampleConfig(t, p))
+			for i, r := range cfg.ForwardAuth.Rules {
+				if r.Host != "" {
+					t.Fatalf("rule %d: a host, %q, which the test cannot send through the proxy", i+1, r.Host)
+				}
+				ip := "127.0.0." + strconv.Itoa(40+i)
+				method, path, key := http.MethodGet, "/page", ""
+				if len(r.Methods) > 0 {
+					method = r.Methods[0]
+				}
+				if r.PathPrefix != "" {
+					path = r.PathPrefix + "x"
+				}
+				var header []string
+				switch {
+				case r.Key == "client_ip":
+					key = ip
+				case strings.HasPrefix(r.Key, "header:"):
+					key = "key-" + strconv.Itoa(i+1)
+					header = []string{strings.TrimPrefix(r.Key, "header:"), key}
+				}
+				if a := send(t, clientFrom(ip), method, url+path, header...); a.status != http.StatusOK {
+					t.Fatalf("rule %d (%s %s): got %d %q, want 200", i+1, method, path, a.status, a.body)
+				}
+				permits := max(r.Permits, 1)
+				if got, want := left(t, base, r.Limiter, key), limits[r.Limiter]-permits; got != want {
+					t.Errorf("rule %d, %+v: %s %s from %s: %s has %d left, want %d: the rule did not apply", i+1, r, method, path, ip, r.Limiter, got, want)
+				}
+			}
+		})
+	}
+}
+
+// sendRaw writes a request line exactly as given, which no HTTP library
+// would write (a method in lower case, an escape that is no escape), to
+// the proxy at url from the loopback address ip, and returns the status
+// of the answer.
+func sendRaw(t *testing.T, ip, url, method, target string) int {
+	t.Helper()
+	addr := strings.TrimPrefix(url, "http://")
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	c, err := d.DialContext(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", method, target, addr); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, target, err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// TestForwardAuthSpellingsBehindProxies: through each proxy, a request
+// that reaches the upstream at a rule's path, however its method and
+// path are spelled (post for POST, /%61dmin/x%zz, escapes twice over,
+// another case, parameters, backslashes, trailing dots), is charged by
+// the rule; a spelling that the service refuses (a dot segment) or the
+// proxy does never reaches the upstream.
+func TestForwardAuthSpellingsBehindProxies(t *testing.T) {
+	tests := []struct {
+		method, target, limiter string
+	}{
+		{"post", "/login", "login"},
+		{"Post", "/Login", "login"},
+		{"POST", "/%6C%6Fgin", "login"},
+		{"GET", "/%61dmin/x%zz", "admin"},
+		{"GET", "/%2561dmin/x", "admin"},
+		{"GET", "/ADMIN/x", "admin"},
+		{"GET", "/admin;p=1/x", "admin"},
+		{"GET", "/admin%2Fx", "admin"},
+		{"GET", "/admin./x", "admin"},
+		{"GET", `/admin\x`, "admin"},
+		{"GET", "/admin%5Cx", "admin"},
+		{"GET", "/x/..%2Fadmin/", "admin"},
+		{"GET", "/x/%2e%2e/admin/", "admin"},
+	}
+	for _, p := range proxies {
+		t.Run(p.name, func(t *testing.T) {
+			conf := exampleConfig(t, p)
+			conf = strings.Replace(conf, "limiters:\n", "limiters:\n  - {name: admin, limit: 100, period: 1h, keyed: true, group: edge}\n", 1)
+			conf = strings.Replace(conf, "  rules:\n", "  rules:\n    - {limiter: admin, key: client_ip, path_prefix: /admin/}\n", 1)
+			base, url, up := behind(t, p, conf)
+			limits := map[string]int64{"login": 3, "admin": 100}
+			for i, tt := range tests {
+				ip := "127.0.0." + strconv.Itoa(60+i)
+				status := sendRaw(t, ip, url, tt.method, tt.target)
+				seen, charged := up.reached(ip), remaining(t, base, tt.limiter, ip) < limits[tt.limiter]
+				switch {
+				case seen && !charged:
+					t.Errorf("%s %s: it reached the upstream (%d), and %s charged nothing", tt.method, tt.target, status, tt.limiter)
+				case !seen && (status < 400 || status >= 500):
+					t.Errorf("%s %s: got %d and the upstream did not see it, want a 4xx", tt.method, tt.target, status)
+				}
+				t.Logf("%s %s: %d, reached the upstream: %v, %s charged: %v", tt.method, tt.target, status, seen, tt.limiter, charged)
+			}
+		})
 	}
 }

@@ -5,6 +5,12 @@
 -- service is seen rather than ignored.
 local auth = "http://127.0.0.1:8080/v1/forward-auth"
 
+-- The request headers the rules of ratelimiter.yaml key by ("key:
+-- header:<name>"), in lower case, passed on with the value the client
+-- sent first: the subrequest carries no other header of the client's, so
+-- a rule keyed by a header missing here never applies. Add yours.
+local keyed_by = {"x-api-key"}
+
 -- first returns the first value of a header of an httpclient response.
 local function first(headers, name)
   local v = headers and headers[name]
@@ -22,20 +28,24 @@ core.register_action("ratelimit", {"http-req"}, function(txn)
   if sent and sent ~= "" then
     xff = sent .. ", " .. xff
   end
-  local res = core.httpclient():get{
-    url = auth,
-    timeout = 1000,
-    headers = {
-      -- Only these headers are sent, none of the client's: the client
-      -- cannot claim another method, host or path. pathq, not url: a
-      -- request in absolute form ("POST http://host/login") has a url
-      -- that is no path, which would match no rule by path.
-      ["x-forwarded-method"] = {txn.f:method()},
-      ["x-forwarded-uri"] = {txn.f:pathq()},
-      ["x-forwarded-host"] = {txn.f:req_hdr("host") or ""},
-      ["x-forwarded-for"] = {xff},
-    },
+  -- Only these headers are sent, and those of keyed_by: the client cannot
+  -- claim another method, host or path. pathq, not url: a request in
+  -- absolute form ("POST http://host/login") has a url that is no path,
+  -- which would match no rule by path.
+  local headers = {
+    ["x-forwarded-method"] = {txn.f:method()},
+    ["x-forwarded-uri"] = {txn.f:pathq()},
+    ["x-forwarded-host"] = {txn.f:req_hdr("host") or ""},
+    ["x-forwarded-for"] = {xff},
   }
+  local sent_headers = txn.http:req_get_headers()
+  for _, name in ipairs(keyed_by) do
+    local values = sent_headers[name]
+    if values and values[0] then
+      headers[name] = {values[0]}
+    end
+  end
+  local res = core.httpclient():get{url = auth, timeout = 1000, headers = headers}
   if res and res.status == 200 then
     local rl, policy = first(res.headers, "ratelimit"), first(res.headers, "ratelimit-policy")
     if rl then

@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"net/url"
-	"path"
 	"slices"
 	"strings"
 
@@ -48,10 +46,12 @@ type Rule struct {
 	// or "*." and a domain, matching its subdomains (not the domain
 	// itself).
 	Host string
-	// PathPrefix matches paths that start with it, byte for byte, as the
-	// upstream routes them (see RoutePath).
+	// PathPrefix matches paths that start with it, cases ignored, as
+	// upstreams route them (see RoutePath); it must be written so.
 	PathPrefix string
-	// Methods are upper-case HTTP methods.
+	// Methods are upper-case HTTP methods, matched ignoring case and
+	// surrounding spaces: Django and werkzeug upper-case a method before
+	// routing it.
 	Methods []string
 	Permits int64
 }
@@ -116,10 +116,13 @@ func (c Config) Check(defs map[string]limiter.Definition) error {
 			return fmt.Errorf("forward_auth: rule %d: no header to key by", i+1)
 		case r.Host != "" && strings.Contains(strings.TrimPrefix(r.Host, "*."), "*"):
 			return fmt.Errorf("forward_auth: rule %d: host %q: a wildcard only as a leading \"*.\"", i+1, r.Host)
-		case r.PathPrefix != "" && RoutePath(r.PathPrefix) != r.PathPrefix:
-			// A path is matched as the upstream routes it: a prefix
-			// written otherwise would never match.
-			return fmt.Errorf("forward_auth: rule %d: path_prefix %q would never match: write it as the upstream routes it, %q", i+1, r.PathPrefix, RoutePath(r.PathPrefix))
+		}
+		if r.PathPrefix != "" {
+			// A path is matched as upstreams route it: a prefix written
+			// otherwise would never match.
+			if err := checkPrefix(r.PathPrefix); err != nil {
+				return fmt.Errorf("forward_auth: rule %d: %w", i+1, err)
+			}
 		}
 		for _, m := range r.Methods {
 			if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t/") {
@@ -151,13 +154,23 @@ func capacity(p limiter.Policy) int64 {
 var ErrNoClient = errors.New("forwardauth: no usable client address")
 
 // Items returns what req is charged: one item per rule it matches, in rule
-// order (empty when it matches none).
+// order (empty when it matches none). The error wraps ErrNoClient, or
+// ErrPath when some rule has a PathPrefix and req's path is refused (see
+// RoutePath).
 func (c Config) Items(req Request) ([]limiter.Item, error) {
 	var items []limiter.Item
-	host, path := hostOnly(req.Host), RoutePath(req.Path)
+	host, method := hostOnly(req.Host), strings.TrimSpace(req.Method)
+	path, routed := "", false
 	client := ""
 	for _, r := range c.Rules {
-		if !r.matches(req.Method, host, path) {
+		if r.PathPrefix != "" && !routed {
+			p, err := RoutePath(req.Path)
+			if err != nil {
+				return nil, err
+			}
+			path, routed = p, true
+		}
+		if !r.matches(method, host, path) {
 			continue
 		}
 		it := limiter.Item{Name: r.Limiter, Permits: r.Permits}
@@ -184,10 +197,10 @@ func (c Config) Items(req Request) ([]limiter.Item, error) {
 }
 
 func (r Rule) matches(method, host, path string) bool {
-	if len(r.Methods) > 0 && !slices.Contains(r.Methods, method) {
+	if len(r.Methods) > 0 && !slices.ContainsFunc(r.Methods, func(m string) bool { return strings.EqualFold(m, method) }) {
 		return false
 	}
-	if !strings.HasPrefix(path, r.PathPrefix) {
+	if !hasPrefixFold(path, r.PathPrefix) {
 		return false
 	}
 	switch {
@@ -198,32 +211,6 @@ func (r Rule) matches(method, host, path string) bool {
 		return len(host) > len(d) && strings.EqualFold(host[len(host)-len(d):], d)
 	}
 	return strings.EqualFold(host, r.Host)
-}
-
-// RoutePath returns the path of uri (a path, perhaps with a query, or a
-// URL in absolute form) as an upstream routes it: without its query,
-// percent-decoded, its dot segments and repeated slashes resolved, and a
-// trailing slash kept. So a client that writes /login as /%6Cogin,
-// //login or /x/../login, which the proxy forwards as written and the
-// upstream serves as /login, is matched by a rule for /login. A path that
-// cannot be decoded is matched as it is.
-func RoutePath(uri string) string {
-	p, _, _ := strings.Cut(uri, "?")
-	if !strings.HasPrefix(p, "/") {
-		// The absolute form, scheme://authority/path: its path.
-		if _, rest, ok := strings.Cut(p, "://"); ok {
-			_, p, _ = strings.Cut(rest, "/")
-		}
-		p = "/" + p
-	}
-	if d, err := url.PathUnescape(p); err == nil {
-		p = d
-	}
-	c := path.Clean(p)
-	if strings.HasSuffix(p, "/") && c != "/" {
-		c += "/"
-	}
-	return c
 }
 
 // hostOnly is host without its port, IPv6 literals without their brackets

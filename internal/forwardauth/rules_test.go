@@ -2,6 +2,7 @@ package forwardauth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -99,8 +100,14 @@ func TestConfigCheck(t *testing.T) {
 		{"a lower-case method", "upper-case", func(c *Config) { c.Rules[0].Methods = []string{"get"} }},
 		{"a query in a path", `write it as the upstream routes it, "/search"`, func(c *Config) { c.Rules[0].PathPrefix = "/search?q=" }},
 		{"a path encoded", `"/a b"`, func(c *Config) { c.Rules[0].PathPrefix = "/a%20b" }},
-		{"a path with a dot segment", `"/login"`, func(c *Config) { c.Rules[0].PathPrefix = "/x/../login" }},
+		{"a path with a dot segment", "dot segment", func(c *Config) { c.Rules[0].PathPrefix = "/x/../login" }},
 		{"a relative path", `"/api/"`, func(c *Config) { c.Rules[0].PathPrefix = "api/" }},
+		{"a path parameter", `"/admin/"`, func(c *Config) { c.Rules[0].PathPrefix = "/admin;x/" }},
+		{"a trailing dot", `"/admin/"`, func(c *Config) { c.Rules[0].PathPrefix = "/admin./" }},
+		{"a backslash", `"/admin/x"`, func(c *Config) { c.Rules[0].PathPrefix = `/admin\x` }},
+		{"an escape twice over", `"/admin"`, func(c *Config) { c.Rules[0].PathPrefix = "/%2561dmin" }},
+		{"a % that is no escape", "no escape", func(c *Config) { c.Rules[0].PathPrefix = "/100%" }},
+		{"not UTF-8", "UTF-8", func(c *Config) { c.Rules[0].PathPrefix = "/\xff" }},
 		{"deny status", "429 or 403", func(c *Config) { c.DenyStatus = 500 }},
 		{"both ways to trust", "not both", func(c *Config) {
 			c.ClientIP = ClientIP{Hops: 1, Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
@@ -184,7 +191,7 @@ func TestDecisionsMatchModel(t *testing.T) {
 		// them, which the model matches.
 		reqPaths := []struct{ written, routed string }{
 			{"/", "/"}, {"/api/", "/api/"}, {"/api/v2/x", "/api/v2/x"}, {"/s", "/s"}, {"/search", "/search"},
-			{"/%61pi/", "/api/"}, {"//api/v2/x", "/api/v2/x"}, {"/s/../api/v2/x?y", "/api/v2/x"}, {"/./s", "/s"}, {"/%73earch", "/search"},
+			{"/%61pi/", "/api/"}, {"//api/v2/x", "/api/v2/x"}, {"/API/v2/x?y", "/api/v2/x"}, {"/s.", "/s"}, {"/%73earch", "/search"},
 		}
 		clients := []string{"203.0.113.7", "203.0.113.8", "2001:db8::1", "2001:db8::2:1"}
 		for step := range 400 {
@@ -268,30 +275,46 @@ func TestDecisionsMatchModel(t *testing.T) {
 	}
 }
 
-// A path is matched as the upstream routes it, however the client wrote
-// it.
+// A path is matched as upstreams route it, however the client wrote it,
+// or refused when they route it differently.
 func TestRoutePath(t *testing.T) {
 	for uri, want := range map[string]string{
 		"/login":                     "/login",
 		"/login?next=/admin":         "/login",
 		"/%6Cogin":                   "/login",
 		"/%6cogin/form":              "/login/form",
+		"/%2561dmin/":                "/admin/", // decoded twice
+		"/%61dmin/x%zz":              "/admin/x%zz",
+		"/%zz/%61":                   "/%zz/a",
+		"/100%":                      "/100%",
 		"//login":                    "/login",
-		"/x/../login":                "/login",
-		"/%2e%2e/login":              "/login",
-		"/./login":                   "/login",
+		`/admin\x`:                   "/admin/x",
+		"/admin%5Cx":                 "/admin/x",
+		"/admin;jsessionid=1/x":      "/admin/x",
+		"/admin/;x":                  "/admin/",
+		"/admin./x. ":                "/admin/x",
 		"/api/":                      "/api/",
 		"/api//v1/":                  "/api/v1/",
+		"/Login":                     "/Login",
 		"/":                          "/",
 		"":                           "/",
 		"login":                      "/login",
 		"http://example.com/login?x": "/login",
 		"https://example.com":        "/",
-		"/login%zz":                  "/login%zz", // not decodable: as it is
 		"/a%2Fb":                     "/a/b",
+		"/a#b":                       "/a#b",
 	} {
-		if got := RoutePath(uri); got != want {
-			t.Errorf("RoutePath(%q) = %q, want %q", uri, got, want)
+		if got, err := RoutePath(uri); got != want || err != nil {
+			t.Errorf("RoutePath(%q) = %q, %v; want %q", uri, got, err, want)
+		}
+	}
+	for _, uri := range []string{
+		"/x/../login", "/./login", "/%2e%2e/login", "/x/.%2E/login", "/x/%252e%252e/login",
+		"/x/..;/login", "/x/.. /login", "/x/.../login", `/x\..\login`, "/admin/.",
+		"/admin%00.html", "/a%0d%0ab", "/%25252525252561",
+	} {
+		if got, err := RoutePath(uri); !errors.Is(err, ErrPath) {
+			t.Errorf("RoutePath(%q) = %q, %v; want ErrPath", uri, got, err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package forwardauth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -45,6 +46,10 @@ type Answer struct {
 	// Failed is the error of a decision that could not be made: Allowed
 	// then follows the failure mode, as it does for a Degraded verdict.
 	Failed error
+	// Refused is why a request was denied before any decision, whatever
+	// the failure mode: its path, which a rule matches by, is refused
+	// (ErrPath).
+	Refused error
 }
 
 // Degraded reports an answer made without the backend: Allowed then
@@ -52,11 +57,15 @@ type Answer struct {
 func (a Answer) Degraded() bool { return a.Failed != nil || a.Verdict.Degraded }
 
 // Decide decides req: allowed when it matches no rule (denied with
-// Config.DenyUnmatched), otherwise as its items are decided together.
+// Config.DenyUnmatched), otherwise as its items are decided together;
+// denied, charging nothing, when its path is refused (Answer.Refused).
 // The error is that of a request that cannot be decided at all: one
 // wrapping ErrNoClient.
 func (s *Service) Decide(ctx context.Context, req Request) (Answer, error) {
 	items, err := s.cfg.Items(req)
+	if errors.Is(err, ErrPath) {
+		return Answer{Refused: err}, nil
+	}
 	if err != nil {
 		return Answer{}, err
 	}

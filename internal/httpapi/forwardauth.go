@@ -195,13 +195,15 @@ func (f *forwardAnswer) write(w http.ResponseWriter) error {
 
 // denial returns the Retry-After of a denial, in whole seconds, and why
 // it was denied. Every denial has one, as proxies and clients expect: a
-// denial that waiting does not end (no rule matches and unmatched
-// requests are denied, or a rule asks more than its limiter can ever
-// hold) and one made without the backend get 1, the least the header
+// denial that waiting does not end (a refused path, no rule matches and
+// unmatched requests are denied, or a rule asks more than its limiter can
+// ever hold) and one made without the backend get 1, the least the header
 // says, as no wait is known to help.
 func (f *forwardAnswer) denial() (int64, string) {
 	a := f.a
 	switch {
+	case a.Refused != nil:
+		return 1, "The request's path is refused: it has a dot segment, a control character or escapes nested too deep, which upstreams route differently."
 	case len(a.Items) == 0:
 		return 1, "No forward_auth rule matches the request, and unmatched requests are denied."
 	case a.Degraded():

@@ -237,7 +237,13 @@ func TestForwardAuthHeaderPrecedence(t *testing.T) {
 		{"the query is not part of the path", http.MethodGet, host,
 			[]string{"X-Forwarded-Uri", "/search?/x"}, nil},
 		{"the path as the upstream routes it", http.MethodGet, host,
-			[]string{"X-Forwarded-Uri", "/%73earch//x/../y"}, []string{"search"}},
+			[]string{"X-Forwarded-Uri", "/%73earch//x;p/y"}, []string{"search"}},
+		{"an undecodable escape leaves the others decoded", http.MethodGet, host,
+			[]string{"X-Forwarded-Uri", "/%61dmin/x%zz"}, []string{"admin"}},
+		{"the path's case ignored", http.MethodGet, host,
+			[]string{"X-Forwarded-Uri", "/ADMIN/users"}, []string{"admin"}},
+		{"the method's case ignored", http.MethodGet, host,
+			[]string{"X-Forwarded-Method", "delete", "X-Forwarded-Uri", "/"}, []string{"deletes"}},
 		{"a query after a matching path", http.MethodGet, host,
 			[]string{"X-Forwarded-Uri", "/admin?next=/"}, []string{"admin"}},
 		{"everything at once", http.MethodPost, host,
@@ -259,7 +265,8 @@ func TestForwardAuthHeaderPrecedence(t *testing.T) {
 
 // TestForwardAuthDenialsWaitingDoesNotEnd checks that a denial no wait
 // ends still has the Retry-After every denial has, 1, the least it can
-// say: a request no rule matches, with unmatched requests denied, and one
+// say: a request whose path is refused, one no rule matches, with
+// unmatched requests denied, and one
 // whose rule asks more than its limiter can ever hold, as a limiter
 // changed after start-up can.
 func TestForwardAuthDenialsWaitingDoesNotEnd(t *testing.T) {
@@ -275,6 +282,8 @@ func TestForwardAuthDenialsWaitingDoesNotEnd(t *testing.T) {
 			}{
 				{"no rule matches", "/page", "No forward_auth rule matches"},
 				{"a rule asks more than its limiter holds", "/upload", "waiting will not help"},
+				{"a path with a dot segment", "/upload/../page", "path is refused"},
+				{"a path with an encoded dot segment", "/page/%2e%2e/upload", "path is refused"},
 			} {
 				res, body := e.forwardAuth(http.MethodGet, "", "X-Forwarded-Uri", tc.uri)
 				if res.StatusCode != status {
