@@ -547,6 +547,12 @@ func limiterName(domain, full string) string {
 	return "envoy." + readable(full, 80) + "." + digest(domain+"\x00"+full)
 }
 
+// overrideName is the name of the limiter of a limit set by a request,
+// at full (see Service.override): apart from the rules' (see Sweep).
+func overrideName(domain, full string) string {
+	return OverridePrefix + readable(full, 80) + "." + digest(domain+"\x00"+full)
+}
+
 // readable keeps the letters, digits, '.', '_' and '-' of s, at most n of
 // them, so that a name says what it is for; the digest makes it unique.
 func readable(s string, n int) string {

@@ -39,15 +39,21 @@ const (
 )
 
 // Limiters is what the service needs of the limiters: limiter.Service.
+// List, Lowest and Delete serve Sweep and the bound of limits set by
+// requests.
 type Limiters interface {
 	Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error)
 	Put(ctx context.Context, def limiter.Definition) (bool, error)
+	List(ctx context.Context, after string, max int) ([]limiter.Definition, error)
+	Lowest(ctx context.Context, name string, k int) ([]limiter.KeyEntry, error)
+	Delete(ctx context.Context, name string) error
 }
 
 // MaxOverrides is the most distinct limits that requests may set on their
-// descriptors (RateLimitDescriptor.limit) over the service's life; each is
-// a limiter of OverrideMaxKeys keys. A request with one more is refused
-// with RESOURCE_EXHAUSTED.
+// descriptors (RateLimitDescriptor.limit) that the backend holds at once,
+// for every process on it and across restarts; each is a limiter of
+// OverrideMaxKeys keys, deleted by Sweep once it holds no counts. A
+// request with one more is refused with RESOURCE_EXHAUSTED.
 const (
 	MaxOverrides    = 100
 	OverrideMaxKeys = 1000
@@ -65,8 +71,11 @@ type Service struct {
 	options  atomic.Pointer[sync.Map] // *Rule → *ruleOptions: see optionsOf
 
 	mu        sync.Mutex
-	overrides map[string]*Rule            // by limiter name, once its limiter was put
+	overrides map[string]*Rule            // by limiter name, once its limiter was put; pruned by Sweep
 	pending   map[string]*pendingOverride // by limiter name, while its limiter is put
+
+	sweepMu   sync.Mutex           // one Sweep at a time
+	idleSince map[string]time.Time // by limiter name: when Sweep first found it without counts
 }
 
 // pendingOverride is the put of a limit's limiter, which the requests
@@ -472,7 +481,7 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 		var perr error
 		for _, p := range ps {
 			if p.rule.Limiter.Name == missing.Name {
-				_, perr = s.limiters.Put(ctx, p.rule.Limiter)
+				perr = s.putBack(ctx, p.rule)
 				break
 			}
 		}
@@ -517,10 +526,15 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 
 // failed turns a decision's error into the gRPC status Envoy acts on:
 // UNAVAILABLE for the backend (which failure_mode_deny then denies),
-// INTERNAL for anything else, never UNKNOWN, which Envoy lets through.
+// RESOURCE_EXHAUSTED for a limiter the backend has no room for, INTERNAL
+// for anything else, never UNKNOWN, which Envoy lets through.
 func (s *Service) failed(err error) error {
 	if unavailable(err) {
 		return status.Error(codes.Unavailable, "the rate limit backend is unavailable")
+	}
+	if isNoRoom(err) {
+		s.opts.Logger.Warn("a limiter has no room", "error", err)
+		return noRoom(err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return status.Error(codes.Canceled, "the request was canceled")
@@ -589,7 +603,7 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 		return r, nil // denies every hit, without a limiter
 	}
 	r.Limiter = limiter.Definition{
-		Name: limiterName(domain, r.Path), Group: groupName(domain), Keyed: true, MaxKeys: OverrideMaxKeys,
+		Name: overrideName(domain, r.Path), Group: groupName(domain), Keyed: true, MaxKeys: OverrideMaxKeys,
 		Policy: limiter.Policy{Limit: int64(r.RequestsPerUnit), Period: period}.Normalize(),
 	}
 	name := r.Limiter.Name
@@ -607,10 +621,6 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 			return nil, s.failed(ctx.Err())
 		}
 	}
-	if len(s.overrides)+len(s.pending) >= MaxOverrides {
-		s.mu.Unlock()
-		return nil, status.Errorf(codes.ResourceExhausted, "requests have set %d distinct limits, the most the service takes", MaxOverrides)
-	}
 	// The limiter is put without the lock, which a backend that does not
 	// answer would otherwise hold for every request that sets a limit; and
 	// whatever becomes of this request, since others may wait for the put
@@ -618,13 +628,13 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 	p := &pendingOverride{done: make(chan struct{})}
 	s.pending[name] = p
 	s.mu.Unlock()
-	_, err := s.limiters.Put(context.WithoutCancel(ctx), r.Limiter)
+	err := s.putOverride(context.WithoutCancel(ctx), r.Limiter)
 	p.rule = r
 	switch {
 	case err == nil:
-	case errors.Is(err, limiter.ErrTooManyKeys) || errors.Is(err, limiter.ErrTooManyLimiters):
+	case isNoRoom(err):
 		s.opts.Logger.Warn("a limit set by a request has no room", "rule", r.Path, "error", err)
-		p.rule, p.err = nil, status.Error(codes.ResourceExhausted, "the limit set has no room among the service's limiters")
+		p.rule, p.err = nil, noRoom(err)
 	case unavailable(err):
 		// Not remembered: a later request puts it.
 	default:
