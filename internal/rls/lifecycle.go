@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -161,37 +162,56 @@ func (s *Service) each(ctx context.Context, prefix string, page int, f func(limi
 	}
 }
 
-// countOverrides counts the limiters of limits set by requests that the
-// backend holds, up to MaxOverrides+1, and reports whether name is one.
-func (s *Service) countOverrides(ctx context.Context, name string) (n int, found bool, err error) {
+// countOverrides lists the limiters of limits set by requests that the
+// backend holds, up to MaxOverrides+1 of them.
+func (s *Service) countOverrides(ctx context.Context) (names []string, err error) {
 	err = s.each(ctx, OverridePrefix, MaxOverrides+1, func(def limiter.Definition) bool {
-		n++
-		found = found || def.Name == name
-		return n <= MaxOverrides
+		names = append(names, def.Name)
+		return len(names) <= MaxOverrides
 	})
-	return n, found, err
+	return names, err
 }
+
+// fullFor is how long a bound of limits set by requests found full is
+// taken as full without listing the backend again, for limits not among
+// those it then held: requests that set ever new limits cannot make the
+// service list the backend at their own rate.
+const fullFor = time.Second
 
 // putOverride puts the limiter of a limit set by a request, unless the
 // backend holds MaxOverrides such limiters already (the bound holds for
 // every process on the backend, over restarts, and is freed as Sweep
-// deletes the ones that hold no counts). Two processes that put a new one
-// at the same instant may both find the last room: the one that counts
-// more than the bound after its put deletes the limiter it just created,
-// which holds no counts yet, and refuses.
+// deletes the ones that no longer hold counts). Two processes that put a
+// new one at the same instant may both find the last room: the one that
+// counts more than the bound after its put deletes the limiter it just
+// created, which holds no counts yet, and refuses.
 func (s *Service) putOverride(ctx context.Context, def limiter.Definition) error {
-	n, found, err := s.countOverrides(ctx, def.Name)
+	now := s.now()
+	s.mu.Lock()
+	full := now.Before(s.fullUntil) && !s.fullHeld[def.Name]
+	s.mu.Unlock()
+	if full {
+		return errTooManyOverrides
+	}
+	names, err := s.countOverrides(ctx)
 	if err != nil {
 		return err
 	}
-	if !found && n >= MaxOverrides {
+	if len(names) >= MaxOverrides && !slices.Contains(names, def.Name) {
+		held := make(map[string]bool, len(names))
+		for _, n := range names {
+			held[n] = true
+		}
+		s.mu.Lock()
+		s.fullUntil, s.fullHeld = now.Add(fullFor), held
+		s.mu.Unlock()
 		return errTooManyOverrides
 	}
 	created, err := s.limiters.Put(ctx, def)
 	if err != nil || !created {
 		return err
 	}
-	if n, _, err = s.countOverrides(ctx, def.Name); err == nil && n > MaxOverrides {
+	if names, err = s.countOverrides(ctx); err == nil && len(names) > MaxOverrides {
 		if err := s.limiters.Delete(ctx, def.Name); err != nil && !errors.Is(err, limiter.ErrNotFound) {
 			return err
 		}
@@ -213,10 +233,12 @@ func (s *Service) putBack(ctx context.Context, r *Rule) error {
 }
 
 // forgetOverride forgets that the limiter name of a limit set by a
-// request was put: the next request that sets it puts it again.
+// request was put, and that the bound was full: the next request that
+// sets it puts it again.
 func (s *Service) forgetOverride(name string) {
 	s.mu.Lock()
 	delete(s.overrides, name)
+	s.fullUntil = time.Time{}
 	s.mu.Unlock()
 }
 

@@ -1,8 +1,10 @@
 package rls
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,4 +193,58 @@ func TestSweepBesideAnotherConfiguration(t *testing.T) {
 			t.Errorf("the new rule's limiter after the new configuration's sweeps: %v", err)
 		}
 	})
+}
+
+// Requests that set ever new limits while the bound is full are refused
+// without listing the backend each time: at most once a second.
+func TestFullBoundListsOnceASecond(t *testing.T) {
+	l := &countLists{Limiters: limiter.NewService(memory.New(nil, 0))}
+	cfg := mustParse(t, testConfig)
+	if err := Apply(t.Context(), l, cfg); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(l, cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	svc.now = func() time.Time { return now }
+	call := func(n uint32) error {
+		_, err := svc.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{withLimitOf(n)}})
+		return err
+	}
+	for n := range uint32(MaxOverrides) {
+		if err := call(1000 + n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := l.lists.Load()
+	for n := range uint32(50) {
+		if err := call(5000 + n); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("a limit more than %d: got %v, want RESOURCE_EXHAUSTED", MaxOverrides, err)
+		}
+	}
+	if got := l.lists.Load() - before; got != 1 {
+		t.Errorf("50 new limits refused within a second: got %d lists of the backend, want 1", got)
+	}
+	// A limit the backend holds is answered all the same, as it is once
+	// the second has passed.
+	if err := call(1000); err != nil {
+		t.Errorf("a limit held, while the bound is full: got %v, want an answer", err)
+	}
+	now = now.Add(time.Second)
+	if err := call(6000); status.Code(err) != codes.ResourceExhausted || l.lists.Load()-before != 2 {
+		t.Errorf("a second later: got %v after %d lists, want RESOURCE_EXHAUSTED after 2", err, l.lists.Load()-before)
+	}
+}
+
+// countLists is Limiters that counts its lists.
+type countLists struct {
+	Limiters
+	lists atomic.Int64
+}
+
+func (c *countLists) List(ctx context.Context, after string, max int) ([]limiter.Definition, error) {
+	c.lists.Add(1)
+	return c.Limiters.List(ctx, after, max)
 }

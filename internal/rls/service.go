@@ -74,6 +74,10 @@ type Service struct {
 	overrides map[string]*Rule            // by limiter name, once its limiter was put; pruned by Sweep
 	pending   map[string]*pendingOverride // by limiter name, while its limiter is put
 
+	fullUntil time.Time       // see putOverride; under mu
+	fullHeld  map[string]bool // the limits held when last found full; under mu
+	now       func() time.Time
+
 	sweepMu   sync.Mutex           // one Sweep at a time
 	idleSince map[string]time.Time // by limiter name: when Sweep first found it without counts
 }
@@ -122,7 +126,7 @@ func NewService(limiters Limiters, cfg *Config, opts Options) (*Service, error) 
 	if err != nil {
 		return nil, fmt.Errorf("rls: create ratelimiter.envoy.hits: %w", err)
 	}
-	s := &Service{limiters: limiters, opts: opts, hits: hits, overrides: make(map[string]*Rule), pending: make(map[string]*pendingOverride)}
+	s := &Service{limiters: limiters, opts: opts, hits: hits, overrides: make(map[string]*Rule), pending: make(map[string]*pendingOverride), now: time.Now}
 	s.SetConfig(cfg)
 	return s, nil
 }
