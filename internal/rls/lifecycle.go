@@ -55,11 +55,11 @@ type Swept struct {
 //
 // That makes a sweep safe beside processes that run another configuration
 // on the same backend, as during a rolling update on Redis: a limiter that
-// another process decides on is not deleted while it holds counts, nor
-// within SweepGrace of holding them, and one deleted while idle is put
-// back, full, by that process's next decision on it. Only a decision made
-// between a sweep's last check of a limiter and its deletion, one round
-// trip of the backend, would be forgotten.
+// another process decides on is never deleted while it holds counts, nor
+// before sweeps SweepGrace apart have found it without them, and one
+// deleted while idle is put back, full, by that process's next decision
+// on it. Only a decision made between a sweep's last check of a limiter
+// and its deletion, one round trip of the backend, would be forgotten.
 //
 // Sweeps are made one at a time; the service makes one at start, after
 // each reload and periodically (see cmd/service). A sweep stops at the
