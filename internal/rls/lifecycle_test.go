@@ -248,3 +248,44 @@ func (c *countLists) List(ctx context.Context, after string, max int) ([]limiter
 	c.lists.Add(1)
 	return c.Limiters.List(ctx, after, max)
 }
+
+// A call its caller cancelled, or whose deadline passed, before anything
+// was decided charges nothing.
+func TestCallGivenUpOnChargesNothing(t *testing.T) {
+	backends(t, func(t *testing.T, l *limiter.Service) {
+		cfg := mustParse(t, testConfig)
+		if err := Apply(t.Context(), l, cfg); err != nil {
+			t.Fatal(err)
+		}
+		svc, err := NewService(l, cfg, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancelled, cancel := context.WithCancel(t.Context())
+		cancel()
+		expired, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+		defer cancel()
+		for _, tc := range []struct {
+			name string
+			ctx  context.Context
+			want codes.Code
+		}{
+			{"cancelled", cancelled, codes.Canceled},
+			{"past its deadline", expired, codes.DeadlineExceeded},
+		} {
+			_, err := svc.ShouldRateLimit(tc.ctx, &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "zoe"), withLimitOf(7)}})
+			if got := status.Code(err); got != tc.want {
+				t.Errorf("%s: got %v (%v), want %v", tc.name, got, err, tc.want)
+			}
+		}
+		resp, err := svc.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{hits(desc("user", "zoe"), 0), hits(withLimitOf(7), 0)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []uint32{3, 7} {
+			if got := resp.Statuses[i].LimitRemaining; got != want {
+				t.Errorf("descriptor %d after the calls given up on: got %d left, want %d, all", i, got, want)
+			}
+		}
+	})
+}

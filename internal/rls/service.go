@@ -226,6 +226,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 
+	// A call its caller gave up on before anything was decided is charged
+	// nothing; one given up on while it is decided may be charged all the
+	// same, as the README says.
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
 	overLimit := false
 	// Ordinary rules: all or nothing. One that can never grant its hits
 	// (a limit of 0, more hits than any limit) denies the request without
