@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimiter/ratelimiter/internal/config"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -295,4 +297,65 @@ func TestLimitsSetByRequestsStayBoundAcrossProcesses(t *testing.T) {
 			t.Errorf("got %d distinct limits answered, want %d", total, rls.MaxOverrides)
 		}
 	})
+}
+
+// Two replicas on one Redis that run different configurations, as during
+// a rolling update: neither's sweeps delete a limiter the other decides
+// on while it holds counts, and once the old replica is gone the new one
+// deletes the limiter of the rule it removed, when idle.
+func TestRollingUpdateOnRedis(t *testing.T) {
+	addr := redistest.Standalone(t)
+	args := []string{"--backend", "redis", "--redis-addrs", addr, "--redis-timeout", "2s"}
+	rules := func(keys ...string) string {
+		y := "domain: web\ndescriptors:\n"
+		for _, k := range keys {
+			y += fmt.Sprintf("  - key: %s\n    rate_limit: {unit: hour, requests_per_unit: 5}\n", k)
+		}
+		return envoyConfig(t, y)
+	}
+	oldP := startEnvoy(t, rules("user", "route"), args...)
+	newP := startEnvoy(t, rules("user", "client"), args...)
+	ask := func(p *envoyProcess, key string, n uint64, refund bool) uint32 {
+		t.Helper()
+		d := &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "a"}}, HitsAddend: wrapperspb.UInt64(n), IsNegativeHits: refund}
+		resp, err := p.svc.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%s: got %v, want OK", key, resp)
+		}
+		return resp.Statuses[0].LimitRemaining
+	}
+	ask(oldP, "route", 2, false)
+	ask(newP, "client", 2, false)
+	for range 3 {
+		for _, p := range []*envoyProcess{oldP, newP} {
+			p.clock.advance(rls.SweepGrace)
+			p.r.sweep(t.Context())
+		}
+	}
+	if got := ask(oldP, "route", 0, false); got != 3 {
+		t.Errorf("the old replica's rule after the new one's sweeps: got %d left, want 3", got)
+	}
+	if got := ask(newP, "client", 0, false); got != 3 {
+		t.Errorf("the new replica's rule after the old one's sweeps: got %d left, want 3", got)
+	}
+
+	// The update done, the removed rule's counts run out (given back
+	// here): the new replica deletes its limiter once idle for the grace.
+	oldP.close()
+	routeName := oldP.svc.Config().Limiters()[1].Name
+	if _, err := newP.b.limiters.Decide(t.Context(), []limiter.Item{{Name: routeName, Key: "route=a", Permits: 2}}, limiter.Refund, ""); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		newP.clock.advance(rls.SweepGrace)
+		newP.r.sweep(t.Context())
+	}
+	want := []string{newP.svc.Config().Limiters()[1].Name, newP.svc.Config().Limiters()[0].Name}
+	slices.Sort(want)
+	if got := envoyLimiters(t, newP.b.limiters); !slices.Equal(got, want) {
+		t.Errorf("after the update: got limiters %v, want the new configuration's %v", got, want)
+	}
 }
