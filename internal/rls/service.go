@@ -543,7 +543,9 @@ func (s *Service) failed(err error) error {
 		return status.Error(codes.Unavailable, "the rate limit backend is unavailable")
 	}
 	if isNoRoom(err) {
-		s.opts.Logger.Warn("a limiter has no room", "error", err)
+		if !errors.Is(err, errTooManyOverrides) { // the bound, which requests reach: not logged
+			s.opts.Logger.Warn("a limiter has no room", "error", err)
+		}
 		return noRoom(err)
 	}
 	if errors.Is(err, context.Canceled) {
@@ -642,6 +644,8 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 	p.rule = r
 	switch {
 	case err == nil:
+	case errors.Is(err, errTooManyOverrides):
+		p.rule, p.err = nil, noRoom(err)
 	case isNoRoom(err):
 		s.opts.Logger.Warn("a limit set by a request has no room", "rule", r.Path, "error", err)
 		p.rule, p.err = nil, noRoom(err)
