@@ -108,6 +108,9 @@ type Rule struct {
 	// Limiter is the keyed limiter that decides the rule; its Name is
 	// empty for an unlimited rule or a limit of 0.
 	Limiter limiter.Definition
+
+	// override tells a limit set by a request (see Service.override).
+	override bool
 }
 
 // period is the length of the rule's period: Multiplier units.

@@ -11,6 +11,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -288,4 +289,21 @@ func TestCallGivenUpOnChargesNothing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The hits of limits set by requests count as one rule per domain:
+// requests choose the limits, and their limiters come and go, so that a
+// rule of their own each would grow the metric's series without end.
+func TestOverrideHitsCountAsOneRule(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	c := serveWith(t, limiter.NewService(memory.New(nil, 0)), mustParse(t, testConfig), Options{MeterProvider: mp})
+	for n := range uint32(20) {
+		ask(t, c, withLimitOf(100+n))
+	}
+	got := hitsCounted(t, reader)
+	want := map[string]int64{"web.override within_limit": 20}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got hits %v, want %v", got, want)
+	}
 }

@@ -330,22 +330,38 @@ type ruleOptions [results]metric.AddOption
 // optionsOf returns the hits metric's options of r, made once per rule
 // rather than at every hit: an attribute set costs allocations and
 // hashing that a hot path should not pay per call.
+//
+// The limits set by requests count as one rule per domain,
+// "<domain>.override": requests choose them, and their limiters come and
+// go (see Sweep), so that a rule of their own each would make the metric's
+// series, and this cache, grow without end.
 func (s *Service) optionsOf(r *Rule) *ruleOptions {
 	cache := s.options.Load()
-	if o, ok := cache.Load(r); ok {
+	var key any = r
+	if r.override {
+		key = overrideKey(r.Domain)
+	}
+	if o, ok := cache.Load(key); ok {
 		return o.(*ruleOptions)
 	}
 	rule := r.Name
-	if rule == "" {
+	switch {
+	case r.override:
+		rule = r.Domain + ".override"
+	case rule == "":
 		rule = r.Path
 	}
 	o := new(ruleOptions)
 	for i, name := range resultNames {
 		o[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("domain", r.Domain), attribute.String("rule", rule), attribute.String("result", name)))
 	}
-	actual, _ := cache.LoadOrStore(r, o)
+	actual, _ := cache.LoadOrStore(key, o)
 	return actual.(*ruleOptions)
 }
+
+// overrideKey is the key of a domain's limits set by requests in the
+// cache of optionsOf.
+type overrideKey string
 
 // count records the hits of a decided part in the hits metric.
 func (s *Service) count(ctx context.Context, p *part) {
@@ -610,7 +626,7 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 		return nil, status.Errorf(codes.InvalidArgument, "the limit's period, %d × %v, is over %s", mult, o.GetUnit(), limiter.FormatPeriod(limiter.MaxPeriod))
 	}
 	r := &Rule{Domain: domain, Path: fmt.Sprintf("%s.override.%d_per_%d_%s", domain, o.GetRequestsPerUnit(), mult, o.GetUnit()),
-		Unit: unit, Multiplier: mult, RequestsPerUnit: o.GetRequestsPerUnit()}
+		Unit: unit, Multiplier: mult, RequestsPerUnit: o.GetRequestsPerUnit(), override: true}
 	if r.RequestsPerUnit == 0 {
 		return r, nil // denies every hit, without a limiter
 	}
