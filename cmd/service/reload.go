@@ -15,6 +15,13 @@ import (
 // for changes.
 const reloadInterval = time.Second
 
+// sweepInterval is how often the limiters the Envoy rules no longer need
+// are swept (see rls.Service.Sweep), besides at start and after each
+// reload: one goes at the first sweep that finds it has held no counts
+// for rls.SweepGrace, so within two intervals of its keys being full
+// again.
+const sweepInterval = rls.SweepGrace
+
 // reloader keeps the rate limit service on the Envoy configuration's files
 // as they change, without a restart.
 type reloader struct {
@@ -24,6 +31,20 @@ type reloader struct {
 	logger *slog.Logger
 	seen   string // the files' fingerprint when last loaded, or tried
 	failed string // the last error logged, not to repeat it every check
+	// nextSweep is when the next sweep is due: at once on start, again
+	// at each check until one succeeds, then every sweepInterval.
+	nextSweep time.Time
+	sweepErr  string // the last sweep error logged
+	// now reads the time of sweeps; nil: time.Now.
+	now func() time.Time
+}
+
+// clock returns the time of sweeps.
+func (r *reloader) clock() time.Time {
+	if r.now == nil {
+		return time.Now()
+	}
+	return r.now()
 }
 
 // run reloads the configuration whenever its files change (checked every
@@ -33,6 +54,9 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	r.seen = r.cfg.Envoy.Digest
 	t := time.NewTicker(reloadInterval)
 	defer t.Stop()
+	// At start, the limiters of rules removed while the service was down
+	// go, on a backend that keeps them (a data directory, Redis).
+	r.sweep(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -43,9 +67,34 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 		case <-t.C:
 			if fp := fingerprint(r.cfg.EnvoyConfigPath); fp != r.seen {
 				r.reload(ctx)
+			} else if !r.clock().Before(r.nextSweep) {
+				r.sweep(ctx)
 			}
 		}
 	}
+}
+
+// sweep deletes the limiters that the rules in force no longer need and
+// that hold no counts (see rls.Service.Sweep). A sweep that fails (the
+// backend unavailable) is logged once and tried again at the next check.
+func (r *reloader) sweep(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	now := r.clock()
+	sw, err := r.svc.Sweep(sctx, now)
+	if sw.Deleted > 0 {
+		r.logger.Info("envoy limiters no longer needed deleted", "deleted", sw.Deleted, "kept_while_holding_counts", sw.Kept)
+	}
+	if err != nil {
+		if msg := err.Error(); msg != r.sweepErr {
+			r.sweepErr = msg
+			r.logger.Warn("envoy limiters not swept; tried again in a second", "error", msg)
+		}
+		r.nextSweep = now.Add(reloadInterval)
+		return
+	}
+	r.sweepErr = ""
+	r.nextSweep = now.Add(sweepInterval)
 }
 
 // reload loads the configuration and puts it in force; a configuration it
@@ -57,6 +106,8 @@ func (r *reloader) reload(ctx context.Context) {
 	if err == nil {
 		// What was loaded, which may be newer than fp.
 		r.seen, r.failed = r.cfg.Envoy.Digest, ""
+		// The limiters of the rules it removed or renamed go now.
+		r.sweep(ctx)
 		return
 	}
 	if msg := err.Error(); msg != r.failed {

@@ -108,6 +108,9 @@ type Rule struct {
 	// Limiter is the keyed limiter that decides the rule; its Name is
 	// empty for an unlimited rule or a limit of 0.
 	Limiter limiter.Definition
+
+	// override tells a limit set by a request (see Service.override).
+	override bool
 }
 
 // period is the length of the rule's period: Multiplier units.
@@ -545,6 +548,12 @@ func groupName(domain string) string {
 // limiterName is the name of the limiter of the rule at full.
 func limiterName(domain, full string) string {
 	return "envoy." + readable(full, 80) + "." + digest(domain+"\x00"+full)
+}
+
+// overrideName is the name of the limiter of a limit set by a request,
+// at full (see Service.override): apart from the rules' (see Sweep).
+func overrideName(domain, full string) string {
+	return OverridePrefix + readable(full, 80) + "." + digest(domain+"\x00"+full)
 }
 
 // readable keeps the letters, digits, '.', '_' and '-' of s, at most n of

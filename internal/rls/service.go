@@ -39,15 +39,21 @@ const (
 )
 
 // Limiters is what the service needs of the limiters: limiter.Service.
+// List, Lowest and Delete serve Sweep and the bound of limits set by
+// requests.
 type Limiters interface {
 	Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error)
 	Put(ctx context.Context, def limiter.Definition) (bool, error)
+	List(ctx context.Context, after string, max int) ([]limiter.Definition, error)
+	Lowest(ctx context.Context, name string, k int) ([]limiter.KeyEntry, error)
+	Delete(ctx context.Context, name string) error
 }
 
 // MaxOverrides is the most distinct limits that requests may set on their
-// descriptors (RateLimitDescriptor.limit) over the service's life; each is
-// a limiter of OverrideMaxKeys keys. A request with one more is refused
-// with RESOURCE_EXHAUSTED.
+// descriptors (RateLimitDescriptor.limit) that the backend holds at once,
+// for every process on it and across restarts; each is a limiter of
+// OverrideMaxKeys keys, deleted by Sweep once it holds no counts. A
+// request with one more is refused with RESOURCE_EXHAUSTED.
 const (
 	MaxOverrides    = 100
 	OverrideMaxKeys = 1000
@@ -65,8 +71,15 @@ type Service struct {
 	options  atomic.Pointer[sync.Map] // *Rule → *ruleOptions: see optionsOf
 
 	mu        sync.Mutex
-	overrides map[string]*Rule            // by limiter name, once its limiter was put
+	overrides map[string]*Rule            // by limiter name, once its limiter was put; pruned by Sweep
 	pending   map[string]*pendingOverride // by limiter name, while its limiter is put
+
+	fullUntil time.Time       // see putOverride; under mu
+	fullHeld  map[string]bool // the limits held when last found full; under mu
+	now       func() time.Time
+
+	sweepMu   sync.Mutex           // one Sweep at a time
+	idleSince map[string]time.Time // by limiter name: when Sweep first found it without counts
 }
 
 // pendingOverride is the put of a limit's limiter, which the requests
@@ -113,7 +126,7 @@ func NewService(limiters Limiters, cfg *Config, opts Options) (*Service, error) 
 	if err != nil {
 		return nil, fmt.Errorf("rls: create ratelimiter.envoy.hits: %w", err)
 	}
-	s := &Service{limiters: limiters, opts: opts, hits: hits, overrides: make(map[string]*Rule), pending: make(map[string]*pendingOverride)}
+	s := &Service{limiters: limiters, opts: opts, hits: hits, overrides: make(map[string]*Rule), pending: make(map[string]*pendingOverride), now: time.Now}
 	s.SetConfig(cfg)
 	return s, nil
 }
@@ -213,6 +226,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 
+	// A call its caller gave up on before anything was decided is charged
+	// nothing; one given up on while it is decided may be charged all the
+	// same, as the README says.
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
 	overLimit := false
 	// Ordinary rules: all or nothing. One that can never grant its hits
 	// (a limit of 0, more hits than any limit) denies the request without
@@ -311,22 +330,38 @@ type ruleOptions [results]metric.AddOption
 // optionsOf returns the hits metric's options of r, made once per rule
 // rather than at every hit: an attribute set costs allocations and
 // hashing that a hot path should not pay per call.
+//
+// The limits set by requests count as one rule per domain,
+// "<domain>.override": requests choose them, and their limiters come and
+// go (see Sweep), so that a rule of their own each would make the metric's
+// series, and this cache, grow without end.
 func (s *Service) optionsOf(r *Rule) *ruleOptions {
 	cache := s.options.Load()
-	if o, ok := cache.Load(r); ok {
+	var key any = r
+	if r.override {
+		key = overrideKey(r.Domain)
+	}
+	if o, ok := cache.Load(key); ok {
 		return o.(*ruleOptions)
 	}
 	rule := r.Name
-	if rule == "" {
+	switch {
+	case r.override:
+		rule = r.Domain + ".override"
+	case rule == "":
 		rule = r.Path
 	}
 	o := new(ruleOptions)
 	for i, name := range resultNames {
 		o[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("domain", r.Domain), attribute.String("rule", rule), attribute.String("result", name)))
 	}
-	actual, _ := cache.LoadOrStore(r, o)
+	actual, _ := cache.LoadOrStore(key, o)
 	return actual.(*ruleOptions)
 }
+
+// overrideKey is the key of a domain's limits set by requests in the
+// cache of optionsOf.
+type overrideKey string
 
 // count records the hits of a decided part in the hits metric.
 func (s *Service) count(ctx context.Context, p *part) {
@@ -472,7 +507,7 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 		var perr error
 		for _, p := range ps {
 			if p.rule.Limiter.Name == missing.Name {
-				_, perr = s.limiters.Put(ctx, p.rule.Limiter)
+				perr = s.putBack(ctx, p.rule)
 				break
 			}
 		}
@@ -517,10 +552,17 @@ func (s *Service) decide(ctx context.Context, ps []*part, mode limiter.Mode) (bo
 
 // failed turns a decision's error into the gRPC status Envoy acts on:
 // UNAVAILABLE for the backend (which failure_mode_deny then denies),
-// INTERNAL for anything else, never UNKNOWN, which Envoy lets through.
+// RESOURCE_EXHAUSTED for a limiter the backend has no room for, INTERNAL
+// for anything else, never UNKNOWN, which Envoy lets through.
 func (s *Service) failed(err error) error {
 	if unavailable(err) {
 		return status.Error(codes.Unavailable, "the rate limit backend is unavailable")
+	}
+	if isNoRoom(err) {
+		if !errors.Is(err, errTooManyOverrides) { // the bound, which requests reach: not logged
+			s.opts.Logger.Warn("a limiter has no room", "error", err)
+		}
+		return noRoom(err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return status.Error(codes.Canceled, "the request was canceled")
@@ -584,12 +626,12 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 		return nil, status.Errorf(codes.InvalidArgument, "the limit's period, %d × %v, is over %s", mult, o.GetUnit(), limiter.FormatPeriod(limiter.MaxPeriod))
 	}
 	r := &Rule{Domain: domain, Path: fmt.Sprintf("%s.override.%d_per_%d_%s", domain, o.GetRequestsPerUnit(), mult, o.GetUnit()),
-		Unit: unit, Multiplier: mult, RequestsPerUnit: o.GetRequestsPerUnit()}
+		Unit: unit, Multiplier: mult, RequestsPerUnit: o.GetRequestsPerUnit(), override: true}
 	if r.RequestsPerUnit == 0 {
 		return r, nil // denies every hit, without a limiter
 	}
 	r.Limiter = limiter.Definition{
-		Name: limiterName(domain, r.Path), Group: groupName(domain), Keyed: true, MaxKeys: OverrideMaxKeys,
+		Name: overrideName(domain, r.Path), Group: groupName(domain), Keyed: true, MaxKeys: OverrideMaxKeys,
 		Policy: limiter.Policy{Limit: int64(r.RequestsPerUnit), Period: period}.Normalize(),
 	}
 	name := r.Limiter.Name
@@ -607,10 +649,6 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 			return nil, s.failed(ctx.Err())
 		}
 	}
-	if len(s.overrides)+len(s.pending) >= MaxOverrides {
-		s.mu.Unlock()
-		return nil, status.Errorf(codes.ResourceExhausted, "requests have set %d distinct limits, the most the service takes", MaxOverrides)
-	}
 	// The limiter is put without the lock, which a backend that does not
 	// answer would otherwise hold for every request that sets a limit; and
 	// whatever becomes of this request, since others may wait for the put
@@ -618,13 +656,15 @@ func (s *Service) override(ctx context.Context, domain string, o *commonv3.RateL
 	p := &pendingOverride{done: make(chan struct{})}
 	s.pending[name] = p
 	s.mu.Unlock()
-	_, err := s.limiters.Put(context.WithoutCancel(ctx), r.Limiter)
+	err := s.putOverride(context.WithoutCancel(ctx), r.Limiter)
 	p.rule = r
 	switch {
 	case err == nil:
-	case errors.Is(err, limiter.ErrTooManyKeys) || errors.Is(err, limiter.ErrTooManyLimiters):
+	case errors.Is(err, errTooManyOverrides):
+		p.rule, p.err = nil, noRoom(err)
+	case isNoRoom(err):
 		s.opts.Logger.Warn("a limit set by a request has no room", "rule", r.Path, "error", err)
-		p.rule, p.err = nil, status.Error(codes.ResourceExhausted, "the limit set has no room among the service's limiters")
+		p.rule, p.err = nil, noRoom(err)
 	case unavailable(err):
 		// Not remembered: a later request puts it.
 	default:
