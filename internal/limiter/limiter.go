@@ -77,7 +77,10 @@ var (
 	// made, and the definition in force before it still is; a refund (or
 	// settlement) made with an idempotency key was made, and a retry with
 	// the key is answered from its record.
-	ErrNotDurable       = errors.New("change not written to disk")
+	ErrNotDurable = errors.New("change not written to disk")
+	// ErrNotIdle reports a limiter that Service.DeleteIdle left in place
+	// because it holds counts.
+	ErrNotIdle          = errors.New("limiter holds counts")
 	errUnknownAlgorithm = errors.New("unknown algorithm")
 )
 

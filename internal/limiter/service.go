@@ -163,6 +163,28 @@ func (s *Service) Delete(ctx context.Context, name string) (err error) {
 	return nil
 }
 
+// DeleteIdle deletes the named limiter only while it holds no counts, in
+// one step with that check (see IdleDeleter); the error wraps ErrNotIdle
+// when it holds some, and ErrNotFound when there is none.
+func (s *Service) DeleteIdle(ctx context.Context, name string) (err error) {
+	ctx, span := s.start(ctx, "limiter.DeleteIdle", name)
+	defer func() { end(span, err) }()
+	if err := CheckName(name); err != nil {
+		return fmt.Errorf("limiter: delete: %w", err)
+	}
+	d, ok := s.store.(IdleDeleter)
+	if !ok {
+		return fmt.Errorf("limiter: delete %q: %w: the backend cannot delete only an idle limiter", name, ErrNotIdle)
+	}
+	sctx, cancel := s.bound(ctx)
+	err = d.DeleteIdle(sctx, name)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("limiter: delete %q: %w", name, err)
+	}
+	return nil
+}
+
 // Acquire takes permits from the named limiter, all or nothing. Invalid
 // names and permit counts are rejected before the store is consulted.
 func (s *Service) Acquire(ctx context.Context, name string, permits int64) (d Decision, err error) {

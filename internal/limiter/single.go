@@ -64,6 +64,14 @@ func New(p Policy) (*Limiter, error) {
 // limiter's lock (see Lock) while it uses it.
 func (l *Limiter) Bucket() *Bucket { return &l.b }
 
+// Idle reports whether the limiter holds no counts at now: its bucket is
+// full.
+func (l *Limiter) Idle(now int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Empty(now)
+}
+
 // NextID returns a number that no Limiter and no other caller of NextID
 // has: joint decisions lock limiters before the locks of other tables,
 // ordered by these numbers (see Lock).

@@ -100,6 +100,15 @@ type Store interface {
 	Settle(ctx context.Context, id string, actual []Item, once string) (Verdict, error)
 }
 
+// IdleDeleter is a Store that deletes a limiter only while it holds no
+// counts (every bucket full: for a keyed limiter, no key remembered), in
+// one step with that check, so that no decision made meanwhile is lost
+// with it. DeleteIdle fails with an error wrapping ErrNotIdle when the
+// limiter holds counts, and ErrNotFound when it does not exist.
+type IdleDeleter interface {
+	DeleteIdle(ctx context.Context, name string) error
+}
+
 // MaxNameLen is the longest limiter name.
 const MaxNameLen = 128
 

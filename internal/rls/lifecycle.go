@@ -58,8 +58,9 @@ type Swept struct {
 // another process decides on is never deleted while it holds counts, nor
 // before sweeps SweepGrace apart have found it without them, and one
 // deleted while idle is put back, full, by that process's next decision
-// on it. Only a decision made between a sweep's last check of a limiter
-// and its deletion, one round trip of the backend, would be forgotten.
+// on it. The deletion itself checks, in one step with it, that the
+// limiter still holds no counts (Limiters.DeleteIdle), so a decision made
+// after a sweep's last look is never forgotten.
 //
 // Sweeps are made one at a time; the service makes one at start, after
 // each reload and periodically (see cmd/service). A sweep stops at the
@@ -117,7 +118,12 @@ func (s *Service) Sweep(ctx context.Context, now time.Time) (Swept, error) {
 			sw.Waiting++
 			continue
 		}
-		if err := s.limiters.Delete(ctx, name); err != nil && !errors.Is(err, limiter.ErrNotFound) {
+		switch err := s.limiters.DeleteIdle(ctx, name); {
+		case errors.Is(err, limiter.ErrNotIdle):
+			// A decision since the check: it starts over.
+			delete(idle, name)
+			continue
+		case err != nil && !errors.Is(err, limiter.ErrNotFound):
 			return sw, fmt.Errorf("rls: sweep %s: %w", name, err)
 		}
 		sw.Deleted++
@@ -212,7 +218,9 @@ func (s *Service) putOverride(ctx context.Context, def limiter.Definition) error
 		return err
 	}
 	if names, err = s.countOverrides(ctx); err == nil && len(names) > MaxOverrides {
-		if err := s.limiters.Delete(ctx, def.Name); err != nil && !errors.Is(err, limiter.ErrNotFound) {
+		// Deleted unless another process has decided on it meanwhile:
+		// then it stays, one past the bound, until a sweep finds it idle.
+		if err := s.limiters.DeleteIdle(ctx, def.Name); err != nil && !errors.Is(err, limiter.ErrNotFound) && !errors.Is(err, limiter.ErrNotIdle) {
 			return err
 		}
 		return errTooManyOverrides

@@ -39,14 +39,14 @@ const (
 )
 
 // Limiters is what the service needs of the limiters: limiter.Service.
-// List, Lowest and Delete serve Sweep and the bound of limits set by
+// List, Lowest and DeleteIdle serve Sweep and the bound of limits set by
 // requests.
 type Limiters interface {
 	Decide(ctx context.Context, items []limiter.Item, mode limiter.Mode, once string) (limiter.Verdict, error)
 	Put(ctx context.Context, def limiter.Definition) (bool, error)
 	List(ctx context.Context, after string, max int) ([]limiter.Definition, error)
 	Lowest(ctx context.Context, name string, k int) ([]limiter.KeyEntry, error)
-	Delete(ctx context.Context, name string) error
+	DeleteIdle(ctx context.Context, name string) error
 }
 
 // MaxOverrides is the most distinct limits that requests may set on their

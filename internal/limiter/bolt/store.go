@@ -452,6 +452,20 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	return s.Store.Delete(ctx, name)
 }
 
+// DeleteIdle deletes a limiter that holds no counts, as Delete does; see
+// limiter.IdleDeleter. It is checked first in memory, then on disk, under
+// the lock every change to the definitions takes: a limiter that takes
+// counts after the check loses them with it, as with Delete.
+func (s *Store) DeleteIdle(ctx context.Context, name string) error {
+	s.mu.Lock()
+	idle := s.Store.Idle(name)
+	s.mu.Unlock()
+	if idle != nil {
+		return idle
+	}
+	return s.Delete(ctx, name)
+}
+
 // Path returns the data file's path.
 func (s *Store) Path() string { return s.path }
 

@@ -171,6 +171,53 @@ func (s *Store) Delete(_ context.Context, name string) error {
 	return nil
 }
 
+// DeleteIdle removes a limiter that holds no counts; see
+// limiter.IdleDeleter. A decision that found the limiter before it was
+// removed and records after the check is lost with it, as with Delete:
+// the window is the decision's own, in process.
+func (s *Store) DeleteIdle(_ context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[name]
+	if !ok {
+		return limiter.ErrNotFound
+	}
+	if !e.idle(s.clock.Now()) {
+		return limiter.ErrNotIdle
+	}
+	s.keys -= e.maxKeys
+	delete(s.byKey, name)
+	s.names.Delete(name)
+	s.shrink()
+	return nil
+}
+
+// Idle reports whether the limiter name holds no counts: nil, or an error
+// wrapping limiter.ErrNotIdle or limiter.ErrNotFound.
+func (s *Store) Idle(name string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.byKey[name]
+	switch {
+	case !ok:
+		return limiter.ErrNotFound
+	case !e.idle(s.clock.Now()):
+		return limiter.ErrNotIdle
+	}
+	return nil
+}
+
+// idle reports whether e holds no counts at now.
+func (e entry) idle(now int64) bool {
+	if e.keys != nil {
+		// A key whose bucket is full again may be remembered until it is
+		// next seen: Lowest leaves it out.
+		keys, err := e.keys.Lowest(context.Background(), now, 1)
+		return err == nil && len(keys) == 0
+	}
+	return e.l.Idle(now)
+}
+
 // remove deletes the limiter name and reports whether it existed.
 func (s *Store) remove(name string) bool {
 	s.mu.Lock()

@@ -122,6 +122,12 @@ func (l *Lazy) Delete(ctx context.Context, name string) error {
 	return err
 }
 
+// DeleteIdle implements limiter.IdleDeleter.
+func (l *Lazy) DeleteIdle(ctx context.Context, name string) error {
+	_, err := with(ctx, l, "", func(st *Store) (struct{}, error) { return struct{}{}, st.DeleteIdle(ctx, name) })
+	return err
+}
+
 // Acquire implements limiter.Store.
 func (l *Lazy) Acquire(ctx context.Context, name string, permits int64) (limiter.Decision, error) {
 	return with(ctx, l, name, func(st *Store) (limiter.Decision, error) { return st.Acquire(ctx, name, permits) })

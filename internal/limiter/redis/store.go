@@ -295,10 +295,14 @@ func (s *Store) List(ctx context.Context, after string, count int) ([]limiter.De
 }
 
 // deleteIn runs delete.lua on the keys of name in group.
-func (s *Store) deleteIn(ctx context.Context, name, group string) (int64, error) {
+func (s *Store) deleteIn(ctx context.Context, name, group string, idle bool) (int64, error) {
 	keys := s.keysIn(name, group)
 	idx, exp := tableKeys(keys[0])
-	return deleteScript.Exec(ctx, s.client, append(keys, idx, exp), nil).AsInt64()
+	var args []string
+	if idle {
+		args = []string{"idle"}
+	}
+	return deleteScript.Exec(ctx, s.client, append(keys, idx, exp), args).AsInt64()
 }
 
 // Delete removes the limiter and its state, or returns an error wrapping
@@ -312,19 +316,34 @@ func (s *Store) deleteIn(ctx context.Context, name, group string) (int64, error)
 // adds its name itself. The directory entry goes after the definition, and
 // comes back by the same look.
 func (s *Store) Delete(ctx context.Context, name string) error {
+	return s.delete(ctx, name, false)
+}
+
+// DeleteIdle deletes the limiter as Delete does, but only while it holds
+// no counts, checked by the script that deletes its definition and state
+// (see lua/delete.lua): a decision of any replica comes before or after
+// it, never between. See limiter.IdleDeleter.
+func (s *Store) DeleteIdle(ctx context.Context, name string) error {
+	return s.delete(ctx, name, true)
+}
+
+func (s *Store) delete(ctx context.Context, name string, idle bool) error {
 	if s.denials != nil {
 		defer s.denials.forget(nil, name)
 	}
 	group := s.groupOf(name)
-	existed, err := s.deleteIn(ctx, name, group)
+	existed, err := s.deleteIn(ctx, name, group, idle)
 	if err != nil {
 		return unavailable("delete", name, err)
 	}
 	if existed == 0 && s.relocated(ctx, name) {
 		group = s.groupOf(name)
-		if existed, err = s.deleteIn(ctx, name, group); err != nil {
+		if existed, err = s.deleteIn(ctx, name, group, idle); err != nil {
 			return unavailable("delete", name, err)
 		}
+	}
+	if existed < 0 {
+		return fmt.Errorf("redis: delete %q: %w", name, limiter.ErrNotIdle)
 	}
 	if err := s.unclaim(ctx, name, group); err != nil {
 		return unavailable("delete", name, err)

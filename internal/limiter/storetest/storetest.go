@@ -16,6 +16,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,6 +36,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ListPages", testListPages},
 		{"ReplaceKeepsOrResetsState", testReplace},
 		{"DeleteThenPutStartsFull", testDeleteThenPut},
+		{"DeleteIdle", testDeleteIdle},
 		{"InvalidInput", testInvalidInput},
 		{"AllOrNothing", testAllOrNothing},
 		{"AvailableNeverConsumes", testAvailableNeverConsumes},
@@ -117,5 +119,42 @@ func wantErr(t *testing.T, what string, err, want error) {
 	t.Helper()
 	if !errors.Is(err, want) {
 		t.Errorf("%s: got error %v, want one wrapping %v", what, err, want)
+	}
+}
+
+// testDeleteIdle: DeleteIdle deletes a limiter only while it holds no
+// counts, and leaves one that holds some as it is, counts included.
+func testDeleteIdle(t *testing.T, s limiter.Store) {
+	d, ok := s.(limiter.IdleDeleter)
+	if !ok {
+		t.Skipf("%T does not delete idle limiters", s)
+	}
+	for _, alg := range algorithms {
+		for _, keyed := range []bool{false, true} {
+			name := fmt.Sprintf("idle-%s-%v", alg, keyed)
+			if _, err := s.Put(ctx(t), limiter.Definition{Name: name, Keyed: keyed, Policy: limiter.Policy{Limit: 5, Period: hour, Algorithm: alg}}); err != nil {
+				t.Fatal(err)
+			}
+			item := []limiter.Item{{Name: name, Permits: 2}}
+			if keyed {
+				item[0].Key = "k"
+			}
+			if v, err := s.Decide(ctx(t), item, limiter.Take, ""); err != nil || !v.Allowed {
+				t.Fatalf("%s: take 2: %+v, %v", name, v, err)
+			}
+			wantErr(t, name+": DeleteIdle holding counts", d.DeleteIdle(ctx(t), name), limiter.ErrNotIdle)
+			if v, err := s.Decide(ctx(t), item, limiter.Peek, ""); err != nil || v.Checks[0].Remaining != 3 {
+				t.Errorf("%s: after DeleteIdle refused: got %+v, %v, want 3 left", name, v, err)
+			}
+			if _, err := s.Decide(ctx(t), item, limiter.Refund, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.DeleteIdle(ctx(t), name); err != nil {
+				t.Errorf("%s: DeleteIdle when full again: %v", name, err)
+			}
+			_, err := s.Get(ctx(t), name)
+			wantErr(t, name+": Get after DeleteIdle", err, limiter.ErrNotFound)
+			wantErr(t, name+": DeleteIdle again", d.DeleteIdle(ctx(t), name), limiter.ErrNotFound)
+		}
 	}
 }
