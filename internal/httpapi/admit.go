@@ -109,7 +109,7 @@ type checkedBody struct{ *body }
 func (c checkedBody) ValidatedValue() any { return c.value }
 
 // readBody reads r's body, if any, within the size limit, checks that it
-// is JSON, and sets it as r.Body again. It returns nil and no problem for a
+// is JSON in UTF-8, and sets it as r.Body again. It returns nil and no problem for a
 // request without a body.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) (*body, *problem) {
 	if r.ContentLength > s.maxBody {
@@ -144,6 +144,10 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) (*body, *probl
 	if !json.Valid(b.buf) {
 		b.release()
 		return nil, invalid("body", "is not valid JSON")
+	}
+	if p := checkText(b.buf); p != nil {
+		b.release()
+		return nil, p
 	}
 	b.rd.Reset(b.buf)
 	r.Body = b
