@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"compress/gzip"
 	"net/http"
 	"strings"
 	"testing"
@@ -152,6 +154,111 @@ func TestDistinctKeysKeepDistinctBuckets(t *testing.T) {
 		}
 		if len(got) != 2 || got["\ufffd"] != 7 || got["\U0001F600"] != 6 {
 			t.Errorf("keys of k: got %v, want U+FFFD with 7 left and U+1F600 with 6", got)
+		}
+	}
+}
+
+// gzipped is s compressed with gzip.
+func gzipped(t *testing.T, s string) string {
+	t.Helper()
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	if _, err := w.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestBodyCodingAndCharset: a body with a content coding, or labelled
+// with a charset other than UTF-8, is refused with a 415 on every
+// operation that takes a body, alike whether validated by hand or by
+// kin-openapi, and consumes nothing; the refusal of a content coding says
+// in Accept-Encoding that only identity is accepted (RFC 9110, 15.5.16).
+func TestBodyCodingAndCharset(t *testing.T) {
+	bodies := []struct{ method, path, body string }{
+		{"POST", "/v1/limiters/seed/acquire", `{"permits":1}`},
+		{"POST", "/v1/limiters/k/acquire", `{"key":"a"}`},
+		{"POST", "/v1/tenants/203.0.113.7/acquire", `{"permits":1}`},
+		{"POST", "/v1/acquire", `{"acquisitions":[{"limiter":"seed"},{"limiter":"k","key":"a"}]}`},
+		{"POST", "/v1/decide", `{"items":[{"limiter":"seed"}]}`},
+		{"POST", "/v1/peek", `{"items":[{"limiter":"seed"}]}`},
+		{"POST", "/v1/charge", `{"items":[{"limiter":"seed"}]}`},
+		{"POST", "/v1/refund", `{"items":[{"limiter":"seed"}]}`},
+		{"POST", "/v1/reservations", `{"items":[{"limiter":"seed"}]}`},
+		{"POST", "/v1/reservations/" + reservationID + "/settle", `{"items":[{"limiter":"k","key":"a","permits":1}]}`},
+		{"PUT", "/v1/limiters/new-limiter", `{"limit":5,"period":"1m"}`},
+	}
+	for _, tc := range []struct {
+		name           string
+		header         []string
+		gzip           bool   // send the body compressed
+		acceptEncoding string // the Accept-Encoding of the answer
+	}{
+		{name: "gzip", header: []string{"Content-Encoding", "gzip"}, gzip: true, acceptEncoding: "identity"},
+		{name: "gzip label on a plain body", header: []string{"Content-Encoding", "gzip"}, acceptEncoding: "identity"},
+		{name: "br", header: []string{"Content-Encoding", "br"}, acceptEncoding: "identity"},
+		{name: "identity then gzip", header: []string{"Content-Encoding", "identity, gzip"}, gzip: true, acceptEncoding: "identity"},
+		{name: "unknown coding", header: []string{"Content-Encoding", "x-custom"}, acceptEncoding: "identity"},
+		{name: "utf-16", header: []string{"Content-Type", "application/json; charset=utf-16"}},
+		{name: "UTF-16LE", header: []string{"Content-Type", "application/json;charset=UTF-16LE"}},
+		{name: "latin-1 quoted", header: []string{"Content-Type", `application/json; charset="iso-8859-1"`}},
+		{name: "utf8 without the dash", header: []string{"Content-Type", "application/json; charset=utf8"}},
+		{name: "malformed parameter", header: []string{"Content-Type", "application/json; charset"}},
+		{name: "two charsets", header: []string{"Content-Type", "application/json; charset=utf-8; charset=utf-16"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fast, spec := twoEnvs(t)
+			header := tc.header
+			if header[0] != "Content-Type" {
+				header = append([]string{"Content-Type", "application/json"}, header...)
+			}
+			for _, b := range bodies {
+				body := b.body
+				if tc.gzip {
+					body = gzipped(t, body)
+				}
+				got, res := fast.send(b.method, b.path, body, header...)
+				checkProblem(t, res, []byte(got.body), http.StatusUnsupportedMediaType)
+				if ae := res.Header.Get("Accept-Encoding"); ae != tc.acceptEncoding {
+					t.Errorf("%s %s: Accept-Encoding: got %q, want %q", b.method, b.path, ae, tc.acceptEncoding)
+				}
+				if want, _ := spec.send(b.method, b.path, body, header...); got != want {
+					t.Errorf("%s %s: validated by hand: got %+v, validated by kin-openapi: %+v", b.method, b.path, got, want)
+				}
+			}
+			checkUntouched(t, fast)
+			checkUntouched(t, spec)
+		})
+	}
+}
+
+// TestBodyCodingAndCharsetAccepted: identity, an empty Content-Encoding
+// and a UTF-8 charset however spelled are the body as it is.
+func TestBodyCodingAndCharsetAccepted(t *testing.T) {
+	fast, spec := twoEnvs(t)
+	for _, header := range [][]string{
+		{"Content-Type", "application/json", "Content-Encoding", "identity"},
+		{"Content-Type", "application/json", "Content-Encoding", "IDENTITY"},
+		{"Content-Type", "application/json", "Content-Encoding", ""},
+		{"Content-Type", "application/json; charset=utf-8"},
+		{"Content-Type", "Application/JSON;Charset=UTF-8"},
+		{"Content-Type", `application/json ; charset="utf-8"`},
+		{"Content-Type", "application/json;"},
+	} {
+		for _, e := range []*env{fast, spec} {
+			for _, r := range []struct{ method, path, body string }{
+				{"POST", "/v1/limiters/seed/acquire", `{"permits":1}`},
+				{"POST", "/v1/acquire", `{"acquisitions":[{"limiter":"seed"}]}`},
+				{"POST", "/v1/decide", `{"items":[{"limiter":"seed"}]}`},
+				{"PUT", "/v1/limiters/other", `{"limit":5,"period":"1m"}`},
+			} {
+				if got, _ := e.send(r.method, r.path, r.body, header...); got.status != http.StatusOK && got.status != http.StatusCreated {
+					t.Errorf("%s %s with %q: got %+v, want it served", r.method, r.path, header, got)
+				}
+			}
 		}
 	}
 }
