@@ -204,8 +204,8 @@ func checkMediaType(ct string) *problem {
 	if !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
 		return unsupportedMediaType()
 	}
-	if !ok || strings.TrimSpace(params) == "" {
-		return nil // the usual case: nothing to parse
+	if p := strings.TrimSpace(params); !ok || p == "" || strings.EqualFold(p, "charset=utf-8") {
+		return nil // the usual cases: nothing to parse
 	}
 	_, ps, err := mime.ParseMediaType(ct)
 	if charset, ok := ps["charset"]; err != nil || ok && !strings.EqualFold(charset, "utf-8") {
