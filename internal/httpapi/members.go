@@ -54,14 +54,31 @@ func checkDepth(data []byte) *problem {
 // which the generated code and kin-openapi decode with, reads each such
 // byte or escape as U+FFFD: distinct keys, or names, would be one. It
 // reports the first such string in the order of the text, and a body
-// nested deeper than maxDepth, as checkDepth does. A body in ASCII or
-// UTF-8 without \u escapes, nearly all of them, is only looked through.
+// nested deeper than maxDepth, as checkDepth does. A body in UTF-8 without
+// an escaped surrogate, nearly all of them, is only looked through.
 func checkText(data []byte) *problem {
-	if utf8.Valid(data) && bytes.Index(data, []byte(`\u`)) < 0 {
+	if utf8.Valid(data) && !surrogateEscape(data) {
 		return nil
 	}
 	c := scan{text: true}
 	return c.run(data, false)
+}
+
+// surrogateEscape reports whether data may escape a UTF-16 surrogate,
+// \ud800 to \udfff: whether it has a backslash, u, d, and a digit from 8
+// to f. Other escapes, such as the \u00e9 of encoders that write ASCII
+// only, need no scan.
+func surrogateEscape(data []byte) bool {
+	for {
+		i := bytes.Index(data, []byte(`\u`))
+		if i < 0 || i+3 >= len(data) {
+			return false
+		}
+		data = data[i+2:]
+		if c := data[1] | 0x20; data[0]|0x20 == 'd' && (c == '8' || c == '9' || 'a' <= c && c <= 'f') {
+			return true
+		}
+	}
 }
 
 // scan is one pass over a valid JSON value. It keeps the path to where it

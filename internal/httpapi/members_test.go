@@ -452,3 +452,29 @@ func TestCheckTextAgreesWithReference(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheckText reads the bodies of BenchmarkAcquireHTTP and
+// BenchmarkAcquireBatchHTTP, the cost checkText adds to every request
+// with a body; a batch with a \u escape that needs no scan; and one with
+// an escaped surrogate pair, which is scanned.
+//
+//	go test -run '^$' -bench CheckText -count 6 ./internal/httpapi | benchstat -
+func BenchmarkCheckText(b *testing.B) {
+	for _, bc := range []struct{ name, body string }{
+		{"acquire", `{"permits":1}`},
+		{"batch100", `{"acquisitions":[` + strings.Repeat(`{"limiter":"bench","permits":1},`, 99) + `{"limiter":"bench","permits":1}]}`},
+		{"batch100-escaped", `{"acquisitions":[` + strings.Repeat(`{"limiter":"bench","permits":1},`, 99) + `{"limiter":"bench","key":"\u00e9"}]}`},
+		{"batch100-pair", `{"acquisitions":[` + strings.Repeat(`{"limiter":"bench","permits":1},`, 99) + `{"limiter":"bench","key":"\ud83d\ude00"}]}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			body := []byte(bc.body)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if checkText(body) != nil {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}
