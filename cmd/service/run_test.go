@@ -212,8 +212,8 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		{`ratelimiter_decisions_total{limiter="payments-api",result="denied"}`, 1},
 		{`ratelimiter_permits_total{limiter="payments-api",result="granted"}`, 2},
 		{`ratelimiter_permits_total{limiter="payments-api",result="denied"}`, 1},
-		{`ratelimiter_decisions_total{limiter="tenant",result="allowed"}`, 1},
-		{`ratelimiter_permits_total{limiter="tenant",result="granted"}`, 3},
+		{`ratelimiter_decisions_total{limiter="_tenant",result="allowed"}`, 1},
+		{`ratelimiter_permits_total{limiter="_tenant",result="granted"}`, 3},
 		{`ratelimiter_tenants_tracked`, 1},
 		{`ratelimiter_backend_up{backend="memory"}`, 1},
 	} {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 	"sync"
@@ -109,8 +110,8 @@ type checkedBody struct{ *body }
 func (c checkedBody) ValidatedValue() any { return c.value }
 
 // readBody reads r's body, if any, within the size limit, checks that it
-// is JSON, and sets it as r.Body again. It returns nil and no problem for a
-// request without a body.
+// is JSON in UTF-8, without a content coding, and sets it as r.Body again.
+// It returns nil and no problem for a request without a body.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) (*body, *problem) {
 	if r.ContentLength > s.maxBody {
 		return nil, s.tooLarge()
@@ -118,9 +119,14 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) (*body, *probl
 	if r.ContentLength == 0 {
 		return nil, nil
 	}
+	if !identity(r.Header[hdrContentEncoding]) {
+		return nil, unsupportedCoding()
+	}
 	ct := r.Header.Get("Content-Type")
-	if ct != "" && !isJSON(ct) {
-		return nil, unsupportedMediaType()
+	if ct != "" {
+		if p := checkMediaType(ct); p != nil {
+			return nil, p
+		}
 	}
 	b := bodies.Get().(*body)
 	var err error
@@ -137,13 +143,17 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) (*body, *probl
 		r.Body = http.NoBody
 		return nil, nil
 	}
-	if !isJSON(ct) {
+	if ct == "" {
 		b.release()
 		return nil, unsupportedMediaType()
 	}
 	if !json.Valid(b.buf) {
 		b.release()
 		return nil, invalid("body", "is not valid JSON")
+	}
+	if p := checkText(b.buf); p != nil {
+		b.release()
+		return nil, p
 	}
 	b.rd.Reset(b.buf)
 	r.Body = b
@@ -158,11 +168,50 @@ func unsupportedMediaType() *problem {
 	return &problem{status: http.StatusUnsupportedMediaType, detail: "The request body must be application/json."}
 }
 
-// isJSON reports whether a Content-Type is application/json, with or
-// without parameters.
-func isJSON(ct string) bool {
-	mt, _, _ := strings.Cut(ct, ";")
-	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
+// unsupportedCoding is the answer to a body with a content coding: RFC
+// 9110, 15.5.16, asks that it say in Accept-Encoding which codings would
+// have been accepted.
+func unsupportedCoding() *problem {
+	return &problem{
+		status:         http.StatusUnsupportedMediaType,
+		detail:         "The request body must be sent as it is, without a Content-Encoding.",
+		acceptEncoding: "identity",
+	}
+}
+
+const hdrContentEncoding = "Content-Encoding"
+
+// identity reports whether the Content-Encoding values name no coding but
+// identity (RFC 9110, 8.4): the body is as it reads. No values, or empty
+// ones, name none.
+func identity(vs []string) bool {
+	for _, v := range vs {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkMediaType tells what is wrong with the Content-Type of a body, or
+// returns nil: it must be application/json, without parameters or with a
+// charset of UTF-8 (RFC 8259, 8.1). A malformed parameter leaves the
+// charset unknown, and is refused too.
+func checkMediaType(ct string) *problem {
+	mt, params, ok := strings.Cut(ct, ";")
+	if !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+		return unsupportedMediaType()
+	}
+	if p := strings.TrimSpace(params); !ok || p == "" || strings.EqualFold(p, "charset=utf-8") {
+		return nil // the usual cases: nothing to parse
+	}
+	_, ps, err := mime.ParseMediaType(ct)
+	if charset, ok := ps["charset"]; err != nil || ok && !strings.EqualFold(charset, "utf-8") {
+		return &problem{status: http.StatusUnsupportedMediaType, detail: "The request body must be application/json in UTF-8, with no other charset."}
+	}
+	return nil
 }
 
 // readAll appends all of r to dst.

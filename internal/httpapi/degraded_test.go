@@ -103,8 +103,8 @@ func TestDegradedDecisions(t *testing.T) {
 			}{
 				{"ratelimiter.decisions", "api", result, 2}, // acquire and acquireBatch
 				{"ratelimiter.permits", "api", permits, 2},
-				{"ratelimiter.decisions", "tenant", result, 1},
-				{"ratelimiter.permits", "tenant", permits, 1},
+				{"ratelimiter.decisions", TenantLimiter, result, 1},
+				{"ratelimiter.permits", TenantLimiter, permits, 1},
 			} {
 				lim := attribute.String("limiter", tc.limiter)
 				if got := sum(t, m[tc.metric], lim, attribute.String("result", tc.result), attribute.Bool("degraded", true)); got != tc.want {

@@ -55,6 +55,9 @@ var badInputs = []badRequest{
 	{name: "merge-patch", contentType: "application/merge-patch+json", body: `{"permits":1}`, status: http.StatusUnsupportedMediaType},
 	{name: "form", contentType: "application/x-www-form-urlencoded", body: `permits=1`, status: http.StatusUnsupportedMediaType},
 	{name: "body too large", body: `{"permits":1` + strings.Repeat(" ", DefaultMaxBodyBytes) + `}`, status: http.StatusRequestEntityTooLarge},
+	{name: "UTF-16", contentType: "application/json; charset=utf-16", body: `{"permits":1}`, status: http.StatusUnsupportedMediaType},
+	{name: "string not UTF-8", body: "{\"permits\":1,\"x\":\"\xff\"}", location: "body.x"},
+	{name: "lone surrogate", body: `{"permits":1,"x":"\udc00"}`, location: "body.x"},
 
 	// Path parameters, through the fast validation.
 	{name: "name starts with a dash", path: "/v1/limiters/-seed/acquire", body: `{}`, location: "path.name"},

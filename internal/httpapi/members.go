@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -46,6 +48,39 @@ func checkDepth(data []byte) *problem {
 	return c.run(data, false)
 }
 
+// checkText refuses a body, which is valid JSON, with a string, a
+// member's name or a value, that is not UTF-8 or that escapes half of a
+// UTF-16 surrogate pair alone (RFC 8259, 8.1 and 8.2). encoding/json,
+// which the generated code and kin-openapi decode with, reads each such
+// byte or escape as U+FFFD: distinct keys, or names, would be one. It
+// reports the first such string in the order of the text, and a body
+// nested deeper than maxDepth, as checkDepth does. A body in UTF-8 without
+// an escaped surrogate, nearly all of them, is only looked through.
+func checkText(data []byte) *problem {
+	if utf8.Valid(data) && !surrogateEscape(data) {
+		return nil
+	}
+	c := scan{text: true}
+	return c.run(data, false)
+}
+
+// surrogateEscape reports whether data may escape a UTF-16 surrogate,
+// \ud800 to \udfff: whether it has a backslash, u, d, and a digit from 8
+// to f. Other escapes, such as the \u00e9 of encoders that write ASCII
+// only, need no scan.
+func surrogateEscape(data []byte) bool {
+	for {
+		i := bytes.Index(data, []byte(`\u`))
+		if i < 0 || i+3 >= len(data) {
+			return false
+		}
+		data = data[i+2:]
+		if c := data[1] | 0x20; data[0]|0x20 == 'd' && (c == '8' || c == '9' || 'a' <= c && c <= 'f') {
+			return true
+		}
+	}
+}
+
 // scan is one pass over a valid JSON value. It keeps the path to where it
 // is, so that a problem can name its location, but builds that location
 // only for a problem.
@@ -53,6 +88,7 @@ type scan struct {
 	stack [maxDepth]frame
 	depth int      // open arrays and objects, stack[:depth]
 	names [][]byte // member names of the open small objects, outermost first
+	text  bool     // check that each string is text: see checkText
 }
 
 // frame is an open array or object.
@@ -91,6 +127,11 @@ func (c *scan) run(data []byte, members bool) *problem {
 			i++
 		case '"':
 			end := skipString(data, i)
+			if c.text {
+				if p := c.checkString(data[i+1 : end-1]); p != nil {
+					return p
+				}
+			}
 			if f := c.top(); f != nil && f.wantKey {
 				f.wantKey = false
 				f.key = data[i+1 : end-1]
@@ -119,6 +160,65 @@ func (c *scan) run(data []byte, members bool) *problem {
 		}
 	}
 	return nil
+}
+
+// checkString refuses the string s, as it is between its quotes, at the
+// current place of the scan, when it is not text: see checkText.
+func (c *scan) checkString(s []byte) *problem {
+	msg := textProblem(s)
+	switch f := c.top(); {
+	case msg == "":
+		return nil
+	case f != nil && f.wantKey:
+		// The name cannot be shown: the object it is in can.
+		return invalid(c.location(c.depth-1), "has a member name that is not UTF-8")
+	default:
+		return invalid(c.location(c.depth), msg)
+	}
+}
+
+// textProblem tells why the JSON string s, as it is between its quotes,
+// is not text, or returns "".
+func textProblem(s []byte) string {
+	if !utf8.Valid(s) {
+		return "must be UTF-8"
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			continue
+		}
+		if i++; s[i] != 'u' {
+			continue // a one-letter escape
+		}
+		r := hexRune(s[i+1 : i+5])
+		i += 4 // at the escape's last digit
+		if !utf16.IsSurrogate(r) {
+			continue
+		}
+		if i+6 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' && utf16.DecodeRune(r, hexRune(s[i+3:i+7])) != utf8.RuneError {
+			i += 6 // a pair
+			continue
+		}
+		return `must not hold a lone surrogate escape (\ud800 to \udfff)`
+	}
+	return ""
+}
+
+// hexRune is the rune of the four hex digits of a \u escape.
+func hexRune(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c <= 'F':
+			c -= 'A' - 10
+		default:
+			c -= 'a' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // top is the innermost open array or object, or nil.

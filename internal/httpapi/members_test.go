@@ -361,3 +361,120 @@ func BenchmarkCheckMembers(b *testing.B) {
 		}
 	}
 }
+
+func TestCheckText(t *testing.T) {
+	const (
+		notUTF8   = "must be UTF-8"
+		surrogate = `must not hold a lone surrogate escape (\ud800 to \udfff)`
+		badName   = "has a member name that is not UTF-8"
+	)
+	for _, tc := range []struct {
+		in                string
+		location, message string // both "" when the body is text
+	}{
+		{in: `{"key":"user-1"}`},
+		{in: `{"key":"\\ud800"}`}, // a backslash, then ud800
+		{in: `{"key":"\u00e9\ud83d\ude00\uD83D\uDE00"}`},
+		{in: "{\"key\":\"\xc3\xa9\xf0\x9f\x98\x80\"}"},
+		{in: `{"a\"b":"\"\ud800"}`, location: `body.a"b`, message: surrogate},
+		{in: `{"key":"\ud83d\ude00\ud83d"}`, location: "body.key", message: surrogate},
+		{in: `{"key":"\ude00\ud83d"}`, location: "body.key", message: surrogate},
+		{in: `{"\u0041":"\udc00"}`, location: "body.A", message: surrogate},
+		{in: "[\"ok\",\"\xff\"]", location: "body.1", message: notUTF8},
+		{in: "\"\xff\"", location: "body", message: notUTF8},
+		{in: "{\"a\":{\"b\xff\":1}}", location: "body.a", message: badName},
+		{in: `[{"a":1},{"\udfff":1}]`, location: "body.1", message: badName},
+		{in: "{\"a\":\"\xff\",\"b\":\"\\ud800\"}", location: "body.a", message: notUTF8},
+		{in: "{\"a\":\"\\ud800\",\"b\":\"\xff\"}", location: "body.a", message: surrogate},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			if !json.Valid([]byte(tc.in)) {
+				t.Fatalf("%s is not valid JSON", tc.in)
+			}
+			var location, message string
+			if p := checkText([]byte(tc.in)); p != nil {
+				location, message = p.errors[0].Location, p.errors[0].Message
+			}
+			if location != tc.location || message != tc.message {
+				t.Errorf("checkText(%s): got %q %q, want %q %q", tc.in, location, message, tc.location, tc.message)
+			}
+		})
+	}
+}
+
+// TestCheckTextAgreesWithReference holds checkText to an obviously correct
+// reading of strings made of pieces whose nature is known: a piece of
+// bytes that are not UTF-8 spoils the string; a high surrogate escape is
+// text only right before a low one; a low one only right after a high one.
+func TestCheckTextAgreesWithReference(t *testing.T) {
+	const high, low = `\ud83d`, `\uDE00`
+	pieces := []string{"a", "é", `\\`, `\n`, `\"`, `\u0041`, `\uFFFD`, "ud800", high, low, "\xff", "\xc3", "\xed\xa0\x80"}
+	notText := func(p string) bool { return p == "\xff" || p == "\xc3" || p == "\xed\xa0\x80" }
+	ref := func(ps []string) string {
+		if slices.ContainsFunc(ps, notText) {
+			return "must be UTF-8"
+		}
+		for i := 0; i < len(ps); i++ {
+			switch {
+			case ps[i] == high && i+1 < len(ps) && ps[i+1] == low:
+				i++
+			case ps[i] == high || ps[i] == low:
+				return `must not hold a lone surrogate escape (\ud800 to \udfff)`
+			}
+		}
+		return ""
+	}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for range 5_000 {
+		ps := make([]string, 1+rnd.IntN(6))
+		for i := range ps {
+			ps[i] = pieces[rnd.IntN(len(pieces))]
+		}
+		s, want := strings.Join(ps, ""), ref(ps)
+		for _, tc := range []struct{ body, location string }{
+			{`{"k":"` + s + `"}`, "body.k"},
+			{`{"` + s + `":1}`, "body"},
+		} {
+			p := checkText([]byte(tc.body))
+			var got string
+			if p != nil {
+				got = p.errors[0].Message
+				if p.errors[0].Location != tc.location {
+					t.Errorf("checkText(%s): got location %s, want %s", tc.body, p.errors[0].Location, tc.location)
+				}
+			}
+			if tc.location == "body" && want != "" {
+				want = "has a member name that is not UTF-8"
+			}
+			if got != want {
+				t.Fatalf("checkText(%s): got %q, want %q", tc.body, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkCheckText reads the bodies of BenchmarkAcquireHTTP and
+// BenchmarkAcquireBatchHTTP, the cost checkText adds to every request
+// with a body; a batch with a \u escape that needs no scan; and one with
+// an escaped surrogate pair, which is scanned.
+//
+//	go test -run '^$' -bench CheckText -count 6 ./internal/httpapi | benchstat -
+func BenchmarkCheckText(b *testing.B) {
+	for _, bc := range []struct{ name, body string }{
+		{"acquire", `{"permits":1}`},
+		{"batch100", `{"acquisitions":[` + strings.Repeat(`{"limiter":"bench","permits":1},`, 99) + `{"limiter":"bench","permits":1}]}`},
+		{"batch100-escaped", `{"acquisitions":[` + strings.Repeat(`{"limiter":"bench","permits":1},`, 99) + `{"limiter":"bench","key":"\u00e9"}]}`},
+		{"batch100-pair", `{"acquisitions":[` + strings.Repeat(`{"limiter":"bench","permits":1},`, 99) + `{"limiter":"bench","key":"\ud83d\ude00"}]}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			body := []byte(bc.body)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if checkText(body) != nil {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}

@@ -25,6 +25,8 @@ type problem struct {
 	errors       []gen.FieldError
 	allow        string // Allow header, for 405
 	authenticate string // WWW-Authenticate header, for 401
+	// Accept-Encoding header, for a 415 refusing a content coding.
+	acceptEncoding string
 }
 
 func (p *problem) Error() string {
@@ -70,6 +72,9 @@ func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, p *problem
 	}
 	if p.authenticate != "" {
 		h.Set("WWW-Authenticate", p.authenticate)
+	}
+	if p.acceptEncoding != "" {
+		h.Set("Accept-Encoding", p.acceptEncoding)
 	}
 	detail, instance := p.detail, r.URL.EscapedPath()
 	body := gen.Problem{

@@ -28,7 +28,7 @@ const DefaultMetricsMaxLimiters = 1000
 // DecisionSeries is the cardinality limit a meter provider needs so that
 // each decision counter can report all its series when maxLimiters
 // limiters get a label: allowed and denied, degraded or not, for each of
-// them, the tenant label and OtherLimiter, plus the place the SDK keeps
+// them, TenantLimiter and OtherLimiter, plus the place the SDK keeps
 // for its overflow series (telemetry.Options.MaxSeries). A maxLimiters of
 // 0 counts as DefaultMetricsMaxLimiters, as in Options.
 func DecisionSeries(maxLimiters int) int {
@@ -41,6 +41,11 @@ func DecisionSeries(maxLimiters int) int {
 // OtherLimiter is the limiter label of the decisions of every limiter past
 // the cap of labels. No limiter name starts with an underscore.
 const OtherLimiter = "_other"
+
+// TenantLimiter is the limiter label of the per-IP decisions. It starts
+// with an underscore, as no limiter name does, so that a limiter named
+// tenant has series of its own.
+const TenantLimiter = "_tenant"
 
 // seriesIdle is how long a limiter's series stay without a decision before
 // they are dropped, so that names deleted through another replica (or a
@@ -100,7 +105,7 @@ func (c *counts) add(degraded, ok bool, n, permits int64) {
 }
 
 // series holds the counts of each limiter label, at most max of them
-// besides the tenant label and OtherLimiter. Safe for concurrent use.
+// besides TenantLimiter and OtherLimiter. Safe for concurrent use.
 type series struct {
 	max    int
 	byName sync.Map // limiter name -> *counts
@@ -112,15 +117,12 @@ type series struct {
 }
 
 func newSeries(max int, now func() time.Time) *series {
-	return &series{max: max, other: newCounts(OtherLimiter), tenant: newCounts(tenantLimiter), now: now}
+	return &series{max: max, other: newCounts(OtherLimiter), tenant: newCounts(TenantLimiter), now: now}
 }
 
 // of returns the counts of the limiter name, taking a label for it while
 // fewer than max are taken.
 func (s *series) of(name string) *counts {
-	if name == tenantLimiter {
-		return s.tenant
-	}
 	if v, ok := s.byName.Load(name); ok {
 		return v.(*counts)
 	}
@@ -143,9 +145,6 @@ func (s *series) of(name string) *counts {
 
 // release drops the series of the limiter name, which is gone.
 func (s *series) release(name string) {
-	if name == tenantLimiter {
-		return // the label of per-IP decisions too
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.byName.LoadAndDelete(name); ok {
@@ -194,7 +193,7 @@ func (c *counts) observe(o metric.Observer, decisions, permits metric.Int64Obser
 func (s *series) register(m metric.Meter) error {
 	decisions, err := m.Int64ObservableCounter("ratelimiter.decisions",
 		metric.WithUnit("{decision}"),
-		metric.WithDescription("Acquisitions decided, by limiter (the limiter's name, tenant for per-IP limits, or "+OtherLimiter+" for the limiters past the cap of labels) and result (allowed or denied)."))
+		metric.WithDescription("Acquisitions decided, by limiter (the limiter's name, "+TenantLimiter+" for per-IP limits, or "+OtherLimiter+" for the limiters past the cap of labels) and result (allowed or denied)."))
 	if err != nil {
 		return err
 	}
@@ -214,6 +213,11 @@ func (s *series) register(m metric.Meter) error {
 // decided counts one decision of the limiter labelled name.
 func (t *telemetry) decided(name string, d limiter.Decision) {
 	t.series.of(name).add(d.Degraded, d.Allowed, 1, d.Permits)
+}
+
+// decidedTenant counts one per-IP decision.
+func (t *telemetry) decidedTenant(d limiter.Decision) {
+	t.series.tenant.add(d.Degraded, d.Allowed, 1, d.Permits)
 }
 
 // decidedBatch counts the decisions of a batch: one addition per run of

@@ -98,10 +98,10 @@ func TestMetricsCapOfLimiters(t *testing.T) {
 	allowed := attribute.String("result", "allowed")
 	m := collect(t, reader)
 	names, _ := labels(t, m["ratelimiter.decisions"])
-	if want := []string{OtherLimiter, "a", "b", "c", "tenant"}; !slices.Equal(names, want) {
+	if want := []string{OtherLimiter, TenantLimiter, "a", "b", "c"}; !slices.Equal(names, want) {
 		t.Errorf("limiter labels: got %q, want %q", names, want)
 	}
-	for name, want := range map[string]int64{"a": 2, "b": 1, "c": 1, OtherLimiter: 5, "tenant": 1} {
+	for name, want := range map[string]int64{"a": 2, "b": 1, "c": 1, OtherLimiter: 5, TenantLimiter: 1} {
 		if got := sum(t, m["ratelimiter.decisions"], attribute.String("limiter", name), allowed); got != want {
 			t.Errorf("decisions{limiter=%s}: got %d, want %d", name, got, want)
 		}
@@ -114,7 +114,7 @@ func TestMetricsCapOfLimiters(t *testing.T) {
 	acquire("f")
 	m = collect(t, reader)
 	names, _ = labels(t, m["ratelimiter.decisions"])
-	if want := []string{OtherLimiter, "a", "c", "f", "tenant"}; !slices.Equal(names, want) {
+	if want := []string{OtherLimiter, TenantLimiter, "a", "c", "f"}; !slices.Equal(names, want) {
 		t.Errorf("limiter labels after deleting b: got %q, want %q", names, want)
 	}
 	if got := sum(t, m["ratelimiter.decisions"], attribute.String("limiter", OtherLimiter), allowed); got != 5 {
@@ -171,10 +171,14 @@ func TestDecisionSeriesFit(t *testing.T) {
 			if err := s.register(mp.Meter("test")); err != nil {
 				t.Fatal(err)
 			}
-			for _, name := range []string{"a", "b", "c", "d", "e", tenantLimiter} {
+			cs := []*counts{s.tenant}
+			for _, name := range []string{"a", "b", "c", "d", "e"} {
+				cs = append(cs, s.of(name))
+			}
+			for _, c := range cs {
 				for _, degraded := range []bool{false, true} {
 					for _, ok := range []bool{false, true} {
-						s.of(name).add(degraded, ok, 1, 1)
+						c.add(degraded, ok, 1, 1)
 					}
 				}
 			}

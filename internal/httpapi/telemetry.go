@@ -35,7 +35,8 @@ const (
 	keyDegraded  = attribute.Key("degraded")
 )
 
-// tenantLimiter is the limiter label of per-IP decisions.
+// tenantLimiter is the name of the per-IP limit in its RateLimit and
+// RateLimit-Policy headers. Its decisions are counted under TenantLimiter.
 const tenantLimiter = "tenant"
 
 // commonStatuses get their duration attributes computed once per operation.

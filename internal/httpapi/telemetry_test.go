@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -260,7 +261,7 @@ func TestTenantMetrics(t *testing.T) {
 		}
 	}
 	m := collect(t, reader)
-	tenant := attribute.String("limiter", "tenant")
+	tenant := attribute.String("limiter", TenantLimiter)
 	for _, tc := range []struct {
 		metric, result string
 		want           int64
@@ -271,7 +272,49 @@ func TestTenantMetrics(t *testing.T) {
 		{"ratelimiter.permits", "denied", 60},
 	} {
 		if got := sum(t, m[tc.metric], tenant, attribute.String("result", tc.result)); got != tc.want {
-			t.Errorf("%s{limiter=tenant,result=%s}: got %d, want %d", tc.metric, tc.result, got, tc.want)
+			t.Errorf("%s{limiter=%s,result=%s}: got %d, want %d", tc.metric, TenantLimiter, tc.result, got, tc.want)
 		}
 	}
+}
+
+// TestTenantMetricsApartFromALimiterNamedTenant: the per-IP decisions
+// and those of a limiter named tenant are counted in series of their own,
+// and deleting the limiter drops its series only.
+func TestTenantMetricsApartFromALimiterNamedTenant(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	e := newEnv(t, func(o *Options) { o.MeterProvider = mp })
+	e.put("tenant", client.LimiterSpec{Limit: 9, Period: "1m"})
+	for _, permits := range []int64{2, 3} {
+		if res, err := e.c.AcquireWithResponse(ctx, "tenant", client.AcquireRequest{Permits: &permits}); err != nil || res.JSON200 == nil {
+			t.Fatalf("acquire of the limiter tenant: %v", err)
+		}
+	}
+	permits := int64(7)
+	if res, err := e.c.AcquireTenantWithResponse(ctx, "203.0.113.7", client.AcquireRequest{Permits: &permits}); err != nil || res.JSON200 == nil {
+		t.Fatalf("acquire of a tenant: %v", err)
+	}
+
+	allowed, granted := attribute.String("result", "allowed"), attribute.String("result", "granted")
+	check := func(m map[string]metricdata.Aggregation, label string, decisions, permits int64) {
+		t.Helper()
+		if got := sum(t, m["ratelimiter.decisions"], attribute.String("limiter", label), allowed); got != decisions {
+			t.Errorf("decisions{limiter=%s}: got %d, want %d", label, got, decisions)
+		}
+		if got := sum(t, m["ratelimiter.permits"], attribute.String("limiter", label), granted); got != permits {
+			t.Errorf("permits{limiter=%s}: got %d, want %d", label, got, permits)
+		}
+	}
+	m := collect(t, reader)
+	check(m, "tenant", 2, 5)
+	check(m, TenantLimiter, 1, 7)
+
+	if res, _ := e.raw(http.MethodDelete, "/v1/limiters/tenant", "", ""); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete tenant: status %d", res.StatusCode)
+	}
+	m = collect(t, reader)
+	if names, _ := labels(t, m["ratelimiter.decisions"]); !slices.Equal(names, []string{TenantLimiter}) {
+		t.Errorf("limiter labels after deleting the limiter tenant: got %q, want %q", names, []string{TenantLimiter})
+	}
+	check(m, TenantLimiter, 1, 7)
 }

@@ -19,7 +19,7 @@ func (s *server) AcquireTenant(ctx context.Context, req gen.AcquireTenantRequest
 	if err != nil {
 		return nil, err
 	}
-	s.tel.decided(tenantLimiter, d.Decision)
+	s.tel.decidedTenant(d.Decision)
 	if d.Degraded {
 		return &decisionAnswer{tenant: d.Tenant, isTenant: true, d: d.Decision}, nil
 	}

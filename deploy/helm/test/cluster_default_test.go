@@ -118,7 +118,7 @@ func TestClusterDefault(t *testing.T) {
 	for _, want := range []string{
 		`ratelimiter_decisions_total{limiter="upstream",result="allowed"`,
 		`ratelimiter_decisions_total{limiter="upstream",result="denied"`,
-		`ratelimiter_decisions_total{limiter="tenant",result="allowed"`,
+		`ratelimiter_decisions_total{limiter="_tenant",result="allowed"`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics has no %s", want)
