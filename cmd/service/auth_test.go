@@ -294,3 +294,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A tokens file that does not load stops the service at start-up, with
+// exit status 2 and an error that says where, never quoting a token.
+func TestBrokenTokensFileStopsStartUp(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, content, want string }{
+		{"unknown key", "tokens:\n  - {name: a, token: s3cret-token, scope: [decide]}\n", "invalid YAML at line 2"},
+		{"unknown scope", "tokens:\n  - {name: a, token: s3cret-token, scopes: [write]}\n", `unknown scope "write"`},
+		{"missing", "", "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if tc.content != "" {
+				write(t, path, tc.content)
+			}
+			var stderr strings.Builder
+			err := run(t.Context(), []string{"--listen", "127.0.0.1:0", "--grpc-listen=", "--tokens-file", path}, func(string) string { return "" }, io.Discard, io.Discard)
+			if code := exitCode(err, &stderr); code != 2 {
+				t.Fatalf("exit status: got %d (%v), want 2", code, err)
+			}
+			if !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "s3cret") {
+				t.Errorf("stderr: got %q, want it to say %q and quote no token", stderr.String(), tc.want)
+			}
+		})
+	}
+}
