@@ -224,8 +224,9 @@ func TestNotesOnTokensAndTLS(t *testing.T) {
 	}{
 		{name: "defaults", want: []string{"WARNING: no tokens file is configured"}, notWant: []string{"serve TLS"}},
 		{name: "tokens and TLS", values: "tokens: {existingSecret: rl-tokens}\ntls: {existingSecret: web-tls}\n",
-			want:    []string{"Tokens with scopes come from Secret rl-tokens (key tokens.yaml)", "Both listeners serve TLS with the certificate of Secret web-tls"},
-			notWant: []string{"WARNING: no tokens file", "client must present"}},
+			want: []string{"Tokens with scopes come from Secret rl-tokens (key tokens.yaml)", "Both listeners serve TLS with the certificate of Secret web-tls",
+				"These operations require a token with the admin scope from the tokens file"},
+			notWant: []string{"WARNING: no tokens file", "client must present", "WARNING: no admin token"}},
 		{name: "client certificates", values: "tls: {existingSecret: web-tls, clientAuth: true}\n",
 			want: []string{"every client must present a certificate signed by its ca.crt"}},
 	} {
