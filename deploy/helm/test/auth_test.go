@@ -116,7 +116,12 @@ func TestTLSFromSecret(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m := renderAll(t, valueSet{name: tc.name, extra: tc.values})
+			vs := valueSet{name: tc.name, extra: tc.values}
+			lint := []string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
+			if out, err := runHelm(t, append(lint, vs.args(t)...)...); err != nil || !strings.Contains(out, "0 chart(s) failed") {
+				t.Errorf("helm lint: %v\n%s", err, out)
+			}
+			m := renderAll(t, vs)
 			spec := m.Deployment.Spec.Template.Spec
 			c := m.container(t)
 			var tlsArgs []string
