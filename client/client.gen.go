@@ -36,6 +36,27 @@ func (e Algorithm) Valid() bool {
 	}
 }
 
+// Defines values for HealthOpenScopes.
+const (
+	HealthOpenScopesAdjust HealthOpenScopes = "adjust"
+	HealthOpenScopesAdmin  HealthOpenScopes = "admin"
+	HealthOpenScopesDecide HealthOpenScopes = "decide"
+)
+
+// Valid indicates whether the value is a known member of the HealthOpenScopes enum.
+func (e HealthOpenScopes) Valid() bool {
+	switch e {
+	case HealthOpenScopesAdjust:
+		return true
+	case HealthOpenScopesAdmin:
+		return true
+	case HealthOpenScopesDecide:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	HealthStatusOk HealthStatus = "ok"
@@ -300,9 +321,20 @@ type Group = string
 //
 // Example: {"status":"ok"}
 type Health struct {
+	// OpenScopes Readiness only: the scopes that no configured token holds, whose
+	// operations every caller may run (see `bearerAuth`). Absent when
+	// every scope is guarded.
+	//
+	//
+	// Example: ["decide","adjust"]
+	OpenScopes *[]HealthOpenScopes `json:"open_scopes,omitempty"`
+
 	// Status Example: ok
 	Status HealthStatus `json:"status"`
 }
+
+// HealthOpenScopes defines model for Health.OpenScopes.
+type HealthOpenScopes string
 
 // HealthStatus Example: ok
 type HealthStatus string
@@ -854,6 +886,11 @@ type TenantIP = string
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type BadRequest = Problem
 
+// Forbidden An RFC 9457 problem detail.
+//
+// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+type Forbidden = Problem
+
 // ForwardAuthDenied An RFC 9457 problem detail.
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
@@ -1142,7 +1179,8 @@ type ClientInterface interface {
 	// GetReadiness Readiness probe
 	//
 	// Answers `200` when the server is ready to take traffic, and `503`
-	// while it starts or shuts down.
+	// while it starts or shuts down. `open_scopes` names the scopes that
+	// no configured token guards.
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1700,7 +1738,8 @@ func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) 
 // GetReadiness Readiness probe
 //
 // Answers `200` when the server is ready to take traffic, and `503`
-// while it starts or shuts down.
+// while it starts or shuts down. `open_scopes` names the scopes that
+// no configured token guards.
 //
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3630,7 +3669,8 @@ type ClientWithResponsesInterface interface {
 	// GetReadinessWithResponse Readiness probe
 	//
 	// Answers `200` when the server is ready to take traffic, and `503`
-	// while it starts or shuts down.
+	// while it starts or shuts down. `open_scopes` names the scopes that
+	// no configured token guards.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4327,6 +4367,16 @@ func (r GetReadinessResponse) ContentType() string {
 	return ""
 }
 
+// AcquireBatchResponse401Headers the declared response headers of an HTTP 401 response for AcquireBatch
+type AcquireBatchResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// AcquireBatchResponse403Headers the declared response headers of an HTTP 403 response for AcquireBatch
+type AcquireBatchResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type AcquireBatchResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4334,6 +4384,10 @@ type AcquireBatchResponse struct {
 	JSON200 *BatchAcquireResults
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *PayloadTooLarge
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -4342,6 +4396,10 @@ type AcquireBatchResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireBatchResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AcquireBatchResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4352,6 +4410,16 @@ func (r AcquireBatchResponse) GetJSON200() *BatchAcquireResults {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r AcquireBatchResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireBatchResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireBatchResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -4410,6 +4478,16 @@ type ChargeResponse200Headers struct {
 	RetryAfter      *int64
 }
 
+// ChargeResponse401Headers the declared response headers of an HTTP 401 response for Charge
+type ChargeResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ChargeResponse403Headers the declared response headers of an HTTP 403 response for Charge
+type ChargeResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type ChargeResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4417,6 +4495,10 @@ type ChargeResponse struct {
 	JSON200 *Verdict
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -4431,6 +4513,10 @@ type ChargeResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ChargeResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ChargeResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ChargeResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4441,6 +4527,16 @@ func (r ChargeResponse) GetJSON200() *Verdict {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ChargeResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ChargeResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ChargeResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -4509,6 +4605,16 @@ type DecideResponse200Headers struct {
 	RetryAfter      *int64
 }
 
+// DecideResponse401Headers the declared response headers of an HTTP 401 response for Decide
+type DecideResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// DecideResponse403Headers the declared response headers of an HTTP 403 response for Decide
+type DecideResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type DecideResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4516,6 +4622,10 @@ type DecideResponse struct {
 	JSON200 *Verdict
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -4530,6 +4640,10 @@ type DecideResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *DecideResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DecideResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *DecideResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4540,6 +4654,16 @@ func (r DecideResponse) GetJSON200() *Verdict {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r DecideResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DecideResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DecideResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -4608,6 +4732,11 @@ type ForwardAuthResponse200Headers struct {
 	RatelimiterDegraded *string
 }
 
+// ForwardAuthResponse401Headers the declared response headers of an HTTP 401 response for ForwardAuth
+type ForwardAuthResponse401Headers struct {
+	WWWAuthenticate string
+}
+
 // ForwardAuthResponse403Headers the declared response headers of an HTTP 403 response for ForwardAuth
 type ForwardAuthResponse403Headers struct {
 	RateLimit       string
@@ -4627,12 +4756,16 @@ type ForwardAuthResponse struct {
 	HTTPResponse *http.Response
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *Problem
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *ForwardAuthDenied
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ForwardAuthResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForwardAuthResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *ForwardAuthResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4642,6 +4775,11 @@ type ForwardAuthResponse struct {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ForwardAuthResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ForwardAuthResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -4683,6 +4821,16 @@ func (r ForwardAuthResponse) ContentType() string {
 	return ""
 }
 
+// ListLimitersResponse401Headers the declared response headers of an HTTP 401 response for ListLimiters
+type ListLimitersResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ListLimitersResponse403Headers the declared response headers of an HTTP 403 response for ListLimiters
+type ListLimitersResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type ListLimitersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4690,10 +4838,18 @@ type ListLimitersResponse struct {
 	JSON200 *LimiterList
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListLimitersResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListLimitersResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4704,6 +4860,16 @@ func (r ListLimitersResponse) GetJSON200() *LimiterList {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ListLimitersResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListLimitersResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListLimitersResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4750,6 +4916,11 @@ type DeleteLimiterResponse401Headers struct {
 	WWWAuthenticate string
 }
 
+// DeleteLimiterResponse403Headers the declared response headers of an HTTP 403 response for DeleteLimiter
+type DeleteLimiterResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type DeleteLimiterResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4757,6 +4928,8 @@ type DeleteLimiterResponse struct {
 	ApplicationProblemJSON400 *BadRequest
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4765,6 +4938,8 @@ type DeleteLimiterResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DeleteLimiterResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *DeleteLimiterResponse403Headers
 }
 
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -4775,6 +4950,11 @@ func (r DeleteLimiterResponse) GetApplicationProblemJSON400() *BadRequest {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r DeleteLimiterResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteLimiterResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -4821,6 +5001,16 @@ func (r DeleteLimiterResponse) ContentType() string {
 	return ""
 }
 
+// GetLimiterResponse401Headers the declared response headers of an HTTP 401 response for GetLimiter
+type GetLimiterResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetLimiterResponse403Headers the declared response headers of an HTTP 403 response for GetLimiter
+type GetLimiterResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type GetLimiterResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4828,12 +5018,20 @@ type GetLimiterResponse struct {
 	JSON200 *Limiter
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetLimiterResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetLimiterResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4844,6 +5042,16 @@ func (r GetLimiterResponse) GetJSON200() *Limiter {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r GetLimiterResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetLimiterResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetLimiterResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -4900,6 +5108,11 @@ type PutLimiterResponse401Headers struct {
 	WWWAuthenticate string
 }
 
+// PutLimiterResponse403Headers the declared response headers of an HTTP 403 response for PutLimiter
+type PutLimiterResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type PutLimiterResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4911,6 +5124,8 @@ type PutLimiterResponse struct {
 	ApplicationProblemJSON400 *BadRequest
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationProblemJSON409 *TooManyLimiters
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -4925,6 +5140,8 @@ type PutLimiterResponse struct {
 	Headers201 *PutLimiterResponse201Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *PutLimiterResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PutLimiterResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4945,6 +5162,11 @@ func (r PutLimiterResponse) GetApplicationProblemJSON400() *BadRequest {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r PutLimiterResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PutLimiterResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -5008,6 +5230,16 @@ type AcquireResponse200Headers struct {
 	RetryAfter      *int64
 }
 
+// AcquireResponse401Headers the declared response headers of an HTTP 401 response for Acquire
+type AcquireResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// AcquireResponse403Headers the declared response headers of an HTTP 403 response for Acquire
+type AcquireResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type AcquireResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5015,6 +5247,10 @@ type AcquireResponse struct {
 	JSON200 *Decision
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -5027,6 +5263,10 @@ type AcquireResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *AcquireResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AcquireResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5037,6 +5277,16 @@ func (r AcquireResponse) GetJSON200() *Decision {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r AcquireResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -5099,6 +5349,16 @@ type GetAvailableResponse200Headers struct {
 	RateLimitPolicy string
 }
 
+// GetAvailableResponse401Headers the declared response headers of an HTTP 401 response for GetAvailable
+type GetAvailableResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetAvailableResponse403Headers the declared response headers of an HTTP 403 response for GetAvailable
+type GetAvailableResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type GetAvailableResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5106,6 +5366,10 @@ type GetAvailableResponse struct {
 	JSON200 *Availability
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5114,6 +5378,10 @@ type GetAvailableResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetAvailableResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetAvailableResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetAvailableResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5124,6 +5392,16 @@ func (r GetAvailableResponse) GetJSON200() *Availability {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r GetAvailableResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetAvailableResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetAvailableResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -5170,6 +5448,16 @@ func (r GetAvailableResponse) ContentType() string {
 	return ""
 }
 
+// ListLowestKeysResponse401Headers the declared response headers of an HTTP 401 response for ListLowestKeys
+type ListLowestKeysResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ListLowestKeysResponse403Headers the declared response headers of an HTTP 403 response for ListLowestKeys
+type ListLowestKeysResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type ListLowestKeysResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5177,12 +5465,20 @@ type ListLowestKeysResponse struct {
 	JSON200 *LowestKeys
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListLowestKeysResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListLowestKeysResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5193,6 +5489,16 @@ func (r ListLowestKeysResponse) GetJSON200() *LowestKeys {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ListLowestKeysResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListLowestKeysResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListLowestKeysResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -5246,6 +5552,16 @@ type PeekResponse200Headers struct {
 	RetryAfter      *int64
 }
 
+// PeekResponse401Headers the declared response headers of an HTTP 401 response for Peek
+type PeekResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// PeekResponse403Headers the declared response headers of an HTTP 403 response for Peek
+type PeekResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type PeekResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5253,6 +5569,10 @@ type PeekResponse struct {
 	JSON200 *Verdict
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -5265,6 +5585,10 @@ type PeekResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *PeekResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PeekResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PeekResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5275,6 +5599,16 @@ func (r PeekResponse) GetJSON200() *Verdict {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r PeekResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PeekResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PeekResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -5338,6 +5672,16 @@ type RefundResponse200Headers struct {
 	RetryAfter      *int64
 }
 
+// RefundResponse401Headers the declared response headers of an HTTP 401 response for Refund
+type RefundResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// RefundResponse403Headers the declared response headers of an HTTP 403 response for Refund
+type RefundResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type RefundResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5345,6 +5689,10 @@ type RefundResponse struct {
 	JSON200 *Verdict
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -5359,6 +5707,10 @@ type RefundResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *RefundResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RefundResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RefundResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5369,6 +5721,16 @@ func (r RefundResponse) GetJSON200() *Verdict {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r RefundResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RefundResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RefundResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -5437,6 +5799,16 @@ type ReserveResponse200Headers struct {
 	RetryAfter      *int64
 }
 
+// ReserveResponse401Headers the declared response headers of an HTTP 401 response for Reserve
+type ReserveResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ReserveResponse403Headers the declared response headers of an HTTP 403 response for Reserve
+type ReserveResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type ReserveResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5444,6 +5816,10 @@ type ReserveResponse struct {
 	JSON200 *Verdict
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -5458,6 +5834,10 @@ type ReserveResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ReserveResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReserveResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReserveResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5468,6 +5848,16 @@ func (r ReserveResponse) GetJSON200() *Verdict {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ReserveResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReserveResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReserveResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -5536,6 +5926,16 @@ type CancelReservationResponse200Headers struct {
 	RetryAfter      *int64
 }
 
+// CancelReservationResponse401Headers the declared response headers of an HTTP 401 response for CancelReservation
+type CancelReservationResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// CancelReservationResponse403Headers the declared response headers of an HTTP 403 response for CancelReservation
+type CancelReservationResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type CancelReservationResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5543,6 +5943,10 @@ type CancelReservationResponse struct {
 	JSON200 *Verdict
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5551,6 +5955,10 @@ type CancelReservationResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *CancelReservationResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelReservationResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CancelReservationResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5561,6 +5969,16 @@ func (r CancelReservationResponse) GetJSON200() *Verdict {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r CancelReservationResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelReservationResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelReservationResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -5614,6 +6032,16 @@ type SettleReservationResponse200Headers struct {
 	RetryAfter      *int64
 }
 
+// SettleReservationResponse401Headers the declared response headers of an HTTP 401 response for SettleReservation
+type SettleReservationResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// SettleReservationResponse403Headers the declared response headers of an HTTP 403 response for SettleReservation
+type SettleReservationResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type SettleReservationResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5621,6 +6049,10 @@ type SettleReservationResponse struct {
 	JSON200 *Verdict
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -5635,6 +6067,10 @@ type SettleReservationResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *SettleReservationResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SettleReservationResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *SettleReservationResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5645,6 +6081,16 @@ func (r SettleReservationResponse) GetJSON200() *Verdict {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r SettleReservationResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SettleReservationResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SettleReservationResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -5706,6 +6152,16 @@ func (r SettleReservationResponse) ContentType() string {
 	return ""
 }
 
+// ListLowestTenantsResponse401Headers the declared response headers of an HTTP 401 response for ListLowestTenants
+type ListLowestTenantsResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// ListLowestTenantsResponse403Headers the declared response headers of an HTTP 403 response for ListLowestTenants
+type ListLowestTenantsResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type ListLowestTenantsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5713,10 +6169,18 @@ type ListLowestTenantsResponse struct {
 	JSON200 *LowestTenants
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListLowestTenantsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListLowestTenantsResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5727,6 +6191,16 @@ func (r ListLowestTenantsResponse) GetJSON200() *LowestTenants {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ListLowestTenantsResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListLowestTenantsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListLowestTenantsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5768,18 +6242,46 @@ func (r ListLowestTenantsResponse) ContentType() string {
 	return ""
 }
 
+// GetTenantPolicyResponse401Headers the declared response headers of an HTTP 401 response for GetTenantPolicy
+type GetTenantPolicyResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetTenantPolicyResponse403Headers the declared response headers of an HTTP 403 response for GetTenantPolicy
+type GetTenantPolicyResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type GetTenantPolicyResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Policy
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetTenantPolicyResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetTenantPolicyResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetTenantPolicyResponse) GetJSON200() *Policy {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetTenantPolicyResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetTenantPolicyResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5823,6 +6325,16 @@ type AcquireTenantResponse200Headers struct {
 	RetryAfter      *int64
 }
 
+// AcquireTenantResponse401Headers the declared response headers of an HTTP 401 response for AcquireTenant
+type AcquireTenantResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// AcquireTenantResponse403Headers the declared response headers of an HTTP 403 response for AcquireTenant
+type AcquireTenantResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type AcquireTenantResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5830,6 +6342,10 @@ type AcquireTenantResponse struct {
 	JSON200 *TenantDecision
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *PayloadTooLarge
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -5840,6 +6356,10 @@ type AcquireTenantResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *AcquireTenantResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireTenantResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AcquireTenantResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5850,6 +6370,16 @@ func (r AcquireTenantResponse) GetJSON200() *TenantDecision {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r AcquireTenantResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireTenantResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireTenantResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -5907,6 +6437,16 @@ type GetTenantAvailableResponse200Headers struct {
 	RateLimitPolicy string
 }
 
+// GetTenantAvailableResponse401Headers the declared response headers of an HTTP 401 response for GetTenantAvailable
+type GetTenantAvailableResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// GetTenantAvailableResponse403Headers the declared response headers of an HTTP 403 response for GetTenantAvailable
+type GetTenantAvailableResponse403Headers struct {
+	WWWAuthenticate string
+}
+
 type GetTenantAvailableResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5914,12 +6454,20 @@ type GetTenantAvailableResponse struct {
 	JSON200 *TenantAvailability
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *BadRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetTenantAvailableResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetTenantAvailableResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetTenantAvailableResponse403Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5930,6 +6478,16 @@ func (r GetTenantAvailableResponse) GetJSON200() *TenantAvailability {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r GetTenantAvailableResponse) GetApplicationProblemJSON400() *BadRequest {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetTenantAvailableResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetTenantAvailableResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -6019,7 +6577,8 @@ func (c *ClientWithResponses) GetOpenAPIWithResponse(ctx context.Context, reqEdi
 // GetReadinessWithResponse Readiness probe
 //
 // Answers `200` when the server is ready to take traffic, and `503`
-// while it starts or shuts down.
+// while it starts or shuts down. `open_scopes` names the scopes that
+// no configured token guards.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6869,6 +7428,20 @@ func ParseAcquireBatchResponse(rsp *http.Response) (*AcquireBatchResponse, error
 		}
 		response.ApplicationProblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6897,6 +7470,29 @@ func ParseAcquireBatchResponse(rsp *http.Response) (*AcquireBatchResponse, error
 		}
 		response.ApplicationProblemJSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AcquireBatchResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AcquireBatchResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -6929,6 +7525,20 @@ func ParseChargeResponse(rsp *http.Response) (*ChargeResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -6999,6 +7609,26 @@ func ParseChargeResponse(rsp *http.Response) (*ChargeResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ChargeResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ChargeResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7031,6 +7661,20 @@ func ParseDecideResponse(rsp *http.Response) (*DecideResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -7101,6 +7745,26 @@ func ParseDecideResponse(rsp *http.Response) (*DecideResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers DecideResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers DecideResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7129,6 +7793,13 @@ func ParseForwardAuthResponse(rsp *http.Response) (*ForwardAuthResponse, error) 
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
 
 	case rsp.StatusCode == 403:
 		break // No content-type
@@ -7174,6 +7845,16 @@ func ParseForwardAuthResponse(rsp *http.Response) (*ForwardAuthResponse, error) 
 			headers.RatelimiterDegraded = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ForwardAuthResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ForwardAuthResponse403Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
@@ -7255,6 +7936,20 @@ func ParseListLimitersResponse(rsp *http.Response) (*ListLimitersResponse, error
 		}
 		response.ApplicationProblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7269,6 +7964,29 @@ func ParseListLimitersResponse(rsp *http.Response) (*ListLimitersResponse, error
 		}
 		response.ApplicationProblemJSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListLimitersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListLimitersResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7305,6 +8023,13 @@ func ParseDeleteLimiterResponse(rsp *http.Response) (*DeleteLimiterResponse, err
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7339,6 +8064,16 @@ func ParseDeleteLimiterResponse(rsp *http.Response) (*DeleteLimiterResponse, err
 			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers DeleteLimiterResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7372,6 +8107,20 @@ func ParseGetLimiterResponse(rsp *http.Response) (*GetLimiterResponse, error) {
 		}
 		response.ApplicationProblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7393,6 +8142,29 @@ func ParseGetLimiterResponse(rsp *http.Response) (*GetLimiterResponse, error) {
 		}
 		response.ApplicationProblemJSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetLimiterResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetLimiterResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7439,6 +8211,13 @@ func ParsePutLimiterResponse(rsp *http.Response) (*PutLimiterResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest TooManyLimiters
@@ -7498,6 +8277,16 @@ func ParsePutLimiterResponse(rsp *http.Response) (*PutLimiterResponse, error) {
 			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PutLimiterResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7530,6 +8319,20 @@ func ParseAcquireResponse(rsp *http.Response) (*AcquireResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -7593,6 +8396,26 @@ func ParseAcquireResponse(rsp *http.Response) (*AcquireResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers AcquireResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AcquireResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7625,6 +8448,20 @@ func ParseGetAvailableResponse(rsp *http.Response) (*GetAvailableResponse, error
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -7667,6 +8504,26 @@ func ParseGetAvailableResponse(rsp *http.Response) (*GetAvailableResponse, error
 			headers.RateLimitPolicy = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetAvailableResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetAvailableResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7700,6 +8557,20 @@ func ParseListLowestKeysResponse(rsp *http.Response) (*ListLowestKeysResponse, e
 		}
 		response.ApplicationProblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7721,6 +8592,29 @@ func ParseListLowestKeysResponse(rsp *http.Response) (*ListLowestKeysResponse, e
 		}
 		response.ApplicationProblemJSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListLowestKeysResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListLowestKeysResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7753,6 +8647,20 @@ func ParsePeekResponse(rsp *http.Response) (*PeekResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -7816,6 +8724,26 @@ func ParsePeekResponse(rsp *http.Response) (*PeekResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers PeekResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PeekResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7848,6 +8776,20 @@ func ParseRefundResponse(rsp *http.Response) (*RefundResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -7918,6 +8860,26 @@ func ParseRefundResponse(rsp *http.Response) (*RefundResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers RefundResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RefundResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -7950,6 +8912,20 @@ func ParseReserveResponse(rsp *http.Response) (*ReserveResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -8020,6 +8996,26 @@ func ParseReserveResponse(rsp *http.Response) (*ReserveResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReserveResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReserveResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -8052,6 +9048,20 @@ func ParseCancelReservationResponse(rsp *http.Response) (*CancelReservationRespo
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -8101,6 +9111,26 @@ func ParseCancelReservationResponse(rsp *http.Response) (*CancelReservationRespo
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers CancelReservationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CancelReservationResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -8133,6 +9163,20 @@ func ParseSettleReservationResponse(rsp *http.Response) (*SettleReservationRespo
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -8203,6 +9247,26 @@ func ParseSettleReservationResponse(rsp *http.Response) (*SettleReservationRespo
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers SettleReservationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers SettleReservationResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -8236,6 +9300,20 @@ func ParseListLowestTenantsResponse(rsp *http.Response) (*ListLowestTenantsRespo
 		}
 		response.ApplicationProblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8250,6 +9328,29 @@ func ParseListLowestTenantsResponse(rsp *http.Response) (*ListLowestTenantsRespo
 		}
 		response.ApplicationProblemJSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListLowestTenantsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListLowestTenantsResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -8276,6 +9377,20 @@ func ParseGetTenantPolicyResponse(rsp *http.Response) (*GetTenantPolicyResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8283,6 +9398,29 @@ func ParseGetTenantPolicyResponse(rsp *http.Response) (*GetTenantPolicyResponse,
 		}
 		response.ApplicationProblemJSON500 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetTenantPolicyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetTenantPolicyResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -8315,6 +9453,20 @@ func ParseAcquireTenantResponse(rsp *http.Response) (*AcquireTenantResponse, err
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
@@ -8371,6 +9523,26 @@ func ParseAcquireTenantResponse(rsp *http.Response) (*AcquireTenantResponse, err
 			headers.RetryAfter = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers AcquireTenantResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AcquireTenantResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil
@@ -8403,6 +9575,20 @@ func ParseGetTenantAvailableResponse(rsp *http.Response) (*GetTenantAvailableRes
 			return nil, err
 		}
 		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
@@ -8438,6 +9624,26 @@ func ParseGetTenantAvailableResponse(rsp *http.Response) (*GetTenantAvailableRes
 			headers.RateLimitPolicy = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetTenantAvailableResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetTenantAvailableResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers403 = &headers
 	}
 
 	return response, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelimiter/ratelimiter/internal/auth"
 	"github.com/ratelimiter/ratelimiter/internal/rls"
 )
 
@@ -188,4 +190,46 @@ func (c metadataCarrier) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// grpcAuth is the server option that checks the bearer token of each
+// unary call of a method that requires a scope (auth.Required): Envoy's
+// ShouldRateLimit. The token comes in the "authorization" metadata, as
+// "Bearer <token>" (Envoy's grpc_service initial_metadata sends it), and
+// the decision is guard's, the same the HTTP API takes: a call without a
+// token, or with an unknown one, ends UNAUTHENTICATED, one whose token
+// lacks the scope PERMISSION_DENIED, before the handler takes anything.
+// Health checking and reflection require no scope, and are streams or
+// methods the table leaves out, so probes keep working.
+func grpcAuth(guard *auth.Guard) grpc.ServerOption {
+	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		need, ok := auth.Required(info.FullMethod)
+		if !ok {
+			return handler(ctx, req)
+		}
+		var header string
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if v := md.Get("authorization"); len(v) > 0 {
+				header = v[0]
+			}
+		}
+		if err := guard.Check(header, need); err != nil {
+			return nil, authStatus(err)
+		}
+		return handler(ctx, req)
+	})
+}
+
+// authStatus is the gRPC status of a refusal of guard.Check: its text is
+// written for the client and quotes no token.
+func authStatus(err error) error {
+	var e *auth.Error
+	if !errors.As(err, &e) {
+		return status.Error(codes.Internal, "the call could not be authorized")
+	}
+	code := codes.Unauthenticated
+	if e.Code == auth.Forbidden {
+		code = codes.PermissionDenied
+	}
+	return status.Error(code, e.Error())
 }

@@ -75,8 +75,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	logger := newLogger(cfg, stderr)
 	logger.Info("starting", "version", version, "commit", commit, "go", runtime.Version(), "config", cfg)
-	if cfg.AdminToken == "" {
-		logger.Warn("no admin token is set: every caller may create, replace and delete limiters")
+	guard, err := startGuard(ctx, cfg, logger)
+	if err != nil {
+		return err
 	}
 	switch gogc := getenv("GOGC"); {
 	case cfg.GCMinHeap == 0:
@@ -146,7 +147,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Limiters:           b.limiters,
 		ForwardAuth:        forward,
 		Tenants:            b.tenants,
-		AdminToken:         cfg.AdminToken,
+		Guard:              guard,
 		MaxBodyBytes:       cfg.MaxBodyBytes,
 		MetricsMaxLimiters: cfg.MetricsMaxLimiters,
 		Logger:             logger,
@@ -195,7 +196,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			gln.Close()
 			return err
 		}
-		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() }, grpcTelemetry(tel.TracerProvider)...)
+		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() }, append(grpcTelemetry(tel.TracerProvider), grpcAuth(guard))...)
 		if cfg.EnvoyConfigPath != "" {
 			// Reloaded when its files change, and on SIGHUP.
 			hup := make(chan os.Signal, 1)

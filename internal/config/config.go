@@ -147,6 +147,9 @@ type Config struct {
 	// AdminToken is the bearer token limiter mutations require; empty
 	// means they are open. It is never logged.
 	AdminToken string
+	// TokensFile is the file of bearer tokens with scopes (see package
+	// auth); empty for none.
+	TokensFile string
 	// LogLevel is the least severe level logged.
 	LogLevel slog.Level
 	// LogFormat is LogJSON or LogText.
@@ -216,6 +219,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("listen", c.Listen),
 		slog.String("backend", c.Backend),
 		slog.Bool("admin_token_set", c.AdminToken != ""),
+		slog.String("tokens_file", c.TokensFile),
 		slog.Int64("max_body_bytes", c.MaxBodyBytes),
 		slog.Int("max_header_bytes", c.MaxHeaderBytes),
 		slog.String("data_dir", c.DataDir),

@@ -134,8 +134,8 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 		"redis-addrs": "a:1, b:2", "redis-username": "rl", "redis-password-file": passwordFile,
 		"redis-tls": "true", "redis-tls-ca-file": caFile, "redis-key-prefix": "rl1:",
 		"redis-timeout": "20ms", "redis-dial-timeout": "2s", "redis-conns-per-node": "16", "redis-failure-mode": "fail-open",
-		"redis-deny-cache": "500",
-		"trusted-proxies":  "10.0.0.0/8, 192.168.1.1,::ffff:172.16.0.0/108", "trusted-hops": "0", "forwarded-header": "Forwarded",
+		"redis-deny-cache": "500", "tokens-file": "/etc/ratelimiter/tokens.yaml",
+		"trusted-proxies": "10.0.0.0/8, 192.168.1.1,::ffff:172.16.0.0/108", "trusted-hops": "0", "forwarded-header": "Forwarded",
 	}
 	// The settings set by file or by another setting's value; every other
 	// one must be in values, so that adding a setting extends this test.
@@ -148,6 +148,7 @@ func TestEverySettingByFlagAndEnv(t *testing.T) {
 	}
 	want := Config{
 		Listen: "127.0.0.1:9999", GRPCListen: "127.0.0.1:9998", EnvoyHeaders: true, Backend: BackendRedis, AdminToken: "s3cret",
+		TokensFile: "/etc/ratelimiter/tokens.yaml",
 		Redis: Redis{
 			Addrs: []string{"a:1", "b:2"}, Username: "rl", Password: "hunter2", TLS: true, TLSCAFile: caFile,
 			KeyPrefix: "rl1:", Timeout: 20 * time.Millisecond, DialTimeout: 2 * time.Second, ConnsPerNode: 16, DenyCache: 500,

@@ -178,6 +178,15 @@ var settings = []setting{
 		apply: func(c *Config, v string) error { c.adminTokenFile = v; return nil },
 	},
 	{
+		name: "tokens-file", env: "RATELIMITER_TOKENS_FILE", arg: "path", group: groupAdmin,
+		usage: "YAML file of bearer tokens, each with a name, its SHA-256 in hex (or the token itself) and its scopes: " +
+			"admin (create, replace and delete limiters), decide (take and look at permits, read definitions; gRPC " +
+			"ShouldRateLimit too) and adjust (charge, refund, settle, cancel). Reread when it changes; a broken file is " +
+			"logged and the tokens in force stay. A scope no token has (with neither this file nor the admin token: " +
+			"every scope) is open to every caller, and named in a warning and in /readyz. Empty: none.",
+		apply: func(c *Config, v string) error { c.TokensFile = v; return nil },
+	},
+	{
 		name: "read-header-timeout", env: "RATELIMITER_READ_HEADER_TIMEOUT", def: "5s", arg: "duration", group: groupTimeouts,
 		usage: "Time allowed to read a request's headers.",
 		apply: duration(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }, false),

@@ -21,6 +21,27 @@ func (e Algorithm) Valid() bool {
 	}
 }
 
+// Defines values for HealthOpenScopes.
+const (
+	HealthOpenScopesAdjust HealthOpenScopes = "adjust"
+	HealthOpenScopesAdmin  HealthOpenScopes = "admin"
+	HealthOpenScopesDecide HealthOpenScopes = "decide"
+)
+
+// Valid indicates whether the value is a known member of the HealthOpenScopes enum.
+func (e HealthOpenScopes) Valid() bool {
+	switch e {
+	case HealthOpenScopesAdjust:
+		return true
+	case HealthOpenScopesAdmin:
+		return true
+	case HealthOpenScopesDecide:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	HealthStatusOk HealthStatus = "ok"
@@ -285,9 +306,20 @@ type Group = string
 //
 // Example: {"status":"ok"}
 type Health struct {
+	// OpenScopes Readiness only: the scopes that no configured token holds, whose
+	// operations every caller may run (see `bearerAuth`). Absent when
+	// every scope is guarded.
+	//
+	//
+	// Example: ["decide","adjust"]
+	OpenScopes *[]HealthOpenScopes `json:"open_scopes,omitempty"`
+
 	// Status Example: ok
 	Status HealthStatus `json:"status"`
 }
+
+// HealthOpenScopes defines model for Health.OpenScopes.
+type HealthOpenScopes string
 
 // HealthStatus Example: ok
 type HealthStatus string
@@ -838,6 +870,11 @@ type TenantIP = string
 //
 // Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
 type BadRequest = Problem
+
+// Forbidden An RFC 9457 problem detail.
+//
+// Example: {"detail":"The request is invalid.","errors":[{"location":"body.permits","message":"must be at least 1"}],"instance":"/v1/limiters/checkout-api/acquire","status":400,"title":"Bad Request","type":"about:blank"}
+type Forbidden = Problem
 
 // ForwardAuthDenied An RFC 9457 problem detail.
 //

@@ -13,7 +13,7 @@ import (
 )
 
 // admit lets a routed request through to the generated handler only once
-// it is authorized and valid: admin token, body size, Content-Type, JSON
+// it is authorized and valid: bearer token, body size, Content-Type, JSON
 // syntax, then the spec, through kin-openapi or, for the hot operations,
 // through validateFast. It runs as the generated routes' middleware.
 func (s *server) admit(next http.Handler) http.Handler {
@@ -28,8 +28,8 @@ func (s *server) admit(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if op.admin {
-			if p := s.authorize(r); p != nil {
+		if op.scope != 0 {
+			if p := s.authorize(r, op.scope); p != nil {
 				s.writeProblem(w, r, p)
 				return
 			}

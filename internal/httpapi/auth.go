@@ -1,38 +1,48 @@
 package httpapi
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
+	"errors"
 	"net/http"
-	"strings"
+
+	"github.com/ratelimiter/ratelimiter/internal/auth"
 )
 
 const realm = `Bearer realm="ratelimiter"`
 
-// authorize reports whether r may run an admin operation, or the problem
-// to answer: with an admin token configured, r must carry it as
-// "Authorization: Bearer <token>". Tokens are compared through their
-// SHA-256 digests in constant time, so neither their content nor their
-// length leaks through timing.
-func (s *server) authorize(r *http.Request) *problem {
-	if !s.admin {
+// authorize reports whether r may run an operation that requires one of
+// the scopes need, or the problem to answer: 401 with a WWW-Authenticate
+// challenge when r carries no token or an unknown one, 403 when its token
+// has none of need (RFC 6750, section 3). The decision is s.guard's, the
+// same the gRPC server takes; the problem never quotes the token.
+func (s *server) authorize(r *http.Request, need auth.Scope) *problem {
+	err := s.guard.Check(r.Header.Get("Authorization"), need)
+	if err == nil {
 		return nil
 	}
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
+	var e *auth.Error
+	if !errors.As(err, &e) { // cannot happen: Check returns nil or an *auth.Error
+		return &problem{status: http.StatusInternalServerError, detail: "The request could not be authorized."}
+	}
+	scopes := e.Need.String()
+	switch {
+	case e.Code == auth.Forbidden:
+		s.log.DebugContext(r.Context(), "token refused", "token", e.Name, "need", scopes, "method", r.Method, "path", r.URL.Path)
+		return &problem{
+			status:       http.StatusForbidden,
+			detail:       "The bearer token does not have the scope this operation requires: " + scopes + ".",
+			authenticate: realm + `, error="insufficient_scope", scope="` + scopes + `"`,
+		}
+	case e.Invalid:
 		return &problem{
 			status:       http.StatusUnauthorized,
-			detail:       "This operation requires the admin bearer token.",
+			detail:       "The bearer token is not one this service accepts. This operation requires a token with the scope: " + scopes + ".",
+			authenticate: realm + `, error="invalid_token"`,
+		}
+	default:
+		return &problem{
+			status:       http.StatusUnauthorized,
+			detail:       "This operation requires a bearer token with the scope: " + scopes + ".",
 			authenticate: realm,
 		}
 	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	if subtle.ConstantTimeCompare(got[:], s.adminHash[:]) != 1 {
-		return &problem{
-			status:       http.StatusUnauthorized,
-			detail:       "The bearer token is not the admin token.",
-			authenticate: realm + `, error="invalid_token"`,
-		}
-	}
-	return nil
 }

@@ -43,6 +43,10 @@ func (s *server) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 	if rec != nil {
 		rec.op = op
 	}
+	if p := s.authorize(r, op.scope); p != nil {
+		s.writeProblem(w, r, p)
+		return
+	}
 	if s.forward == nil {
 		s.writeProblem(w, r, &problem{status: http.StatusNotFound, detail: "No forward_auth rules are configured: add them to the configuration file."})
 		return

@@ -2,8 +2,8 @@
 // api/openapi.yaml: the strict server generated in internal/gen, implemented
 // over the limiter and tenant packages, with request validation against the
 // embedded spec, problem+json errors (RFC 9457), the rate-limit headers of
-// draft-ietf-httpapi-ratelimit-headers, an admin token for limiter
-// mutations, a server span per request, OpenTelemetry metrics, health
+// draft-ietf-httpapi-ratelimit-headers, bearer tokens with scopes (see
+// package auth), a server span per request, OpenTelemetry metrics, health
 // probes, /metrics and the browsable documentation at /docs.
 //
 // A request goes through, in order:
@@ -11,7 +11,7 @@
 //  1. observe (chi middleware, every request): measures it, ends its span,
 //     logs it, and turns a panic into a 500 problem;
 //  2. the generated wrapper, which binds path and query parameters;
-//  3. admit (generated-route middleware): admin token, body size,
+//  3. admit (generated-route middleware): bearer token, body size,
 //     Content-Type and JSON syntax, then validation against the spec;
 //  4. the generated strict handler, which decodes the body, and startSpan
 //     (strict middleware), which starts the server span;
@@ -22,7 +22,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +38,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ratelimiter/ratelimiter/api"
+	"github.com/ratelimiter/ratelimiter/internal/auth"
 	"github.com/ratelimiter/ratelimiter/internal/forwardauth"
 	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
@@ -86,6 +86,10 @@ var (
 	_ Tenants  = (*tenant.Registry)(nil)
 )
 
+// AdminTokenName is the name, in logs, of the token Options.AdminToken
+// gives.
+const AdminTokenName = "admin-token"
+
 // DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes
 // is 0.
 const DefaultMaxBodyBytes = 64 << 10
@@ -93,9 +97,13 @@ const DefaultMaxBodyBytes = 64 << 10
 // Options configures New. Limiters and Tenants are required; every other
 // field has a usable zero value.
 type Options struct {
-	Limiters       Limiters             // *limiter.Service satisfies it
-	Tenants        Tenants              // *tenant.Registry satisfies it
-	AdminToken     string               // empty: limiter mutations are open
+	Limiters Limiters // *limiter.Service satisfies it
+	Tenants  Tenants  // *tenant.Registry satisfies it
+	// Guard decides who may run which operation (see package auth). Nil:
+	// AdminToken, when set, is the one token, with the admin scope; every
+	// other scope is open.
+	Guard          *auth.Guard
+	AdminToken     string               // the admin token when Guard is nil; empty: every scope is open
 	MaxBodyBytes   int64                // request body limit; 0 means 64 KiB
 	Logger         *slog.Logger         // nil: slog.Default()
 	TracerProvider trace.TracerProvider // nil: otel.GetTracerProvider(); a noop.TracerProvider turns tracing off entirely
@@ -135,8 +143,7 @@ type server struct {
 	ready    func() bool
 	maxBody  int64
 
-	adminHash [sha256.Size]byte // SHA-256 of the admin token
-	admin     bool              // an admin token is configured
+	guard *auth.Guard // who may run which operation
 
 	router chi.Router
 	ops    map[string]map[string]*operation // route pattern -> method -> operation
@@ -184,7 +191,7 @@ func newServer(o Options, set settings) (http.Handler, error) {
 		log:      o.Logger,
 		ready:    o.Ready,
 		maxBody:  o.MaxBodyBytes,
-		admin:    o.AdminToken != "",
+		guard:    o.Guard,
 		forward:  o.ForwardAuth,
 	}
 	s.unavailableLog.Interval = 10 * time.Second
@@ -197,8 +204,12 @@ func newServer(o Options, set settings) (http.Handler, error) {
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
-	if s.admin {
-		s.adminHash = sha256.Sum256([]byte(o.AdminToken))
+	if s.guard == nil {
+		var tokens []auth.Token
+		if o.AdminToken != "" {
+			tokens = append(tokens, auth.NewToken(AdminTokenName, o.AdminToken, auth.Admin))
+		}
+		s.guard = auth.NewGuard(tokens)
 	}
 
 	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)

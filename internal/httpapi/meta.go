@@ -18,12 +18,21 @@ func (s *server) GetLiveness(context.Context, gen.GetLivenessRequestObject) (gen
 	return gen.GetLiveness200JSONResponse{Status: gen.HealthStatusOk}, nil
 }
 
-// GetReadiness answers whether the server takes traffic.
+// GetReadiness answers whether the server takes traffic, and names the
+// scopes no token guards: a probe's answer is where an operator looks.
 func (s *server) GetReadiness(context.Context, gen.GetReadinessRequestObject) (gen.GetReadinessResponseObject, error) {
 	if !s.ready() {
 		return nil, &problem{status: http.StatusServiceUnavailable, detail: "The server is not ready."}
 	}
-	return gen.GetReadiness200JSONResponse{Status: gen.HealthStatusOk}, nil
+	h := gen.Health{Status: gen.HealthStatusOk}
+	if open := s.guard.Open().Names(); len(open) > 0 {
+		scopes := make([]gen.HealthOpenScopes, len(open))
+		for i, n := range open {
+			scopes[i] = gen.HealthOpenScopes(n)
+		}
+		h.OpenScopes = &scopes
+	}
+	return gen.GetReadiness200JSONResponse(h), nil
 }
 
 // GetOpenAPI serves the embedded spec.

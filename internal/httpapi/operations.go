@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ratelimiter/ratelimiter/internal/auth"
 )
 
 // operation is what the server knows of one operation of the spec. It is
@@ -18,11 +20,11 @@ import (
 type operation struct {
 	id      string
 	method  string
-	route   string // the spec's path template, which is chi's route pattern too
-	example string // a path the route matches, to check the routing
-	admin   bool   // requires the admin token when one is configured
-	body    bool   // declares a request body
-	once    bool   // declares the Idempotency-Key header
+	route   string     // the spec's path template, which is chi's route pattern too
+	example string     // a path the route matches, to check the routing
+	scope   auth.Scope // a token must hold one of these scopes, unless one is open; none: open to all
+	body    bool       // declares a request body
+	once    bool       // declares the Idempotency-Key header
 	fast    fastKind
 	traced  bool // gets a server span (health probes don't)
 
@@ -97,11 +99,11 @@ func operations(doc *openapi3.T, tel *telemetry, set settings) (map[string]map[s
 				method:  method,
 				route:   route,
 				example: examplePath(route),
-				admin:   o.Security != nil && len(*o.Security) > 0,
 				body:    o.RequestBody != nil,
 				once:    once,
 				traced:  !untraced[o.OperationID],
 			}
+			op.scope, _ = auth.Required(op.id)
 			if !set.kinEverywhere {
 				op.fast = fastOperations[o.OperationID]
 			}

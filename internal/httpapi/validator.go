@@ -20,8 +20,7 @@ import (
 func newValidator(doc *openapi3.T, s *server) func(http.Handler) http.Handler {
 	return nethttpmiddleware.OapiRequestValidatorWithOptions(doc, &nethttpmiddleware.Options{
 		Options: openapi3filter.Options{
-			// The admin token is checked by authorize, and only when one
-			// is configured.
+			// Bearer tokens are checked by authorize, before validation.
 			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
 			MultiError:         true,
 			SchemaValidationOptions: []openapi3.SchemaValidationOption{

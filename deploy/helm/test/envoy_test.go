@@ -96,7 +96,7 @@ func TestGRPCPorts(t *testing.T) {
 				if e := vars["RATELIMITER_GRPC_LISTEN"]; e.Name == "" || e.Value != "" {
 					t.Errorf("RATELIMITER_GRPC_LISTEN: got %+v, want it set and empty", e)
 				}
-				if want := []string{"--grpc-listen="}; !slices.Equal(c.Args, want) {
+				if want := []string{"--grpc-listen="}; !slices.Equal(grpcArgs(c.Args), want) {
 					t.Errorf("args: got %q, want %q", c.Args, want)
 				}
 				if cfg.GRPCListen != "" {
@@ -120,8 +120,8 @@ func TestGRPCPorts(t *testing.T) {
 			if got := vars["RATELIMITER_GRPC_LISTEN"].Value; got != want {
 				t.Errorf("RATELIMITER_GRPC_LISTEN: got %q, want %q", got, want)
 			}
-			if len(c.Args) != 0 {
-				t.Errorf("args: got %q, want none", c.Args)
+			if got := grpcArgs(c.Args); len(got) != 0 {
+				t.Errorf("args: got %q, want no --grpc-listen", c.Args)
 			}
 			if cfg.GRPCListen != want {
 				t.Errorf("the service serves gRPC on %q, want %q", cfg.GRPCListen, want)
@@ -280,4 +280,16 @@ func indent(text string, n int) string {
 		b.WriteString(strings.Repeat(" ", n) + line)
 	}
 	return b.String()
+}
+
+// grpcArgs returns the --grpc-listen arguments of args; the others (the
+// tokens file, TLS) are other tests' business.
+func grpcArgs(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "--grpc-listen") {
+			out = append(out, a)
+		}
+	}
+	return out
 }

@@ -123,6 +123,8 @@ func TestManifestsMatchKubernetesSchemas(t *testing.T) {
 		valueSet{name: "persistence with the defaults", extra: "persistence: {enabled: true}\n"},
 		valueSet{name: "persistence without a StorageClass", extra: "persistence: {enabled: true, storageClassName: '-', accessModes: [ReadWriteOnce, ReadWriteMany]}\n"},
 		valueSet{name: "persistence on an existing claim", extra: "persistence: {enabled: true, existingClaim: limits-data}\n"},
+		valueSet{name: "tokens and TLS", extra: "tokens: {existingSecret: rl-tokens}\ntls: {existingSecret: web-tls}\nmetrics: {serviceMonitor: {enabled: true, tlsConfig: {insecureSkipVerify: true}}}\n"},
+		valueSet{name: "TLS with client certificates", extra: "tls: {existingSecret: web-tls, clientAuth: true}\n"},
 	)
 	for _, vs := range sets {
 		t.Run(vs.name, func(t *testing.T) {

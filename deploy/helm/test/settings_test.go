@@ -47,6 +47,13 @@ func TestEverySettingReachesThePod(t *testing.T) {
 	unset := map[string]string{
 		"RATELIMITER_ADMIN_TOKEN":    "a secret: the chart mounts it as a file (RATELIMITER_ADMIN_TOKEN_FILE)",
 		"RATELIMITER_REDIS_PASSWORD": "a secret: the chart mounts it as a file (RATELIMITER_REDIS_PASSWORD_FILE)",
+		// Flags rather than variables, so that an image that does not
+		// know them refuses to start instead of serving with every scope
+		// open, or in plain text (see ratelimiter.args).
+		"RATELIMITER_TOKENS_FILE":        "passed as the flag --tokens-file with tokens.existingSecret",
+		"RATELIMITER_TLS_CERT_FILE":      "passed as the flag --tls-cert-file with tls.existingSecret",
+		"RATELIMITER_TLS_KEY_FILE":       "passed as the flag --tls-key-file with tls.existingSecret",
+		"RATELIMITER_TLS_CLIENT_CA_FILE": "passed as the flag --tls-client-ca-file with tls.clientAuth",
 	}
 	// Between them, these renders set every optional variable: the
 	// defaults, the Redis backend with every Secret the chart mounts and

@@ -180,6 +180,8 @@ Where the pods find their files.
 {{- define "ratelimiter.configDir" -}}/etc/ratelimiter/config{{- end }}
 {{- define "ratelimiter.envoyConfigDir" -}}/etc/ratelimiter/envoy{{- end }}
 {{- define "ratelimiter.adminTokenDir" -}}/etc/ratelimiter/admin-token{{- end }}
+{{- define "ratelimiter.tokensDir" -}}/etc/ratelimiter/tokens{{- end }}
+{{- define "ratelimiter.tlsDir" -}}/etc/ratelimiter/tls{{- end }}
 {{- define "ratelimiter.redisPasswordDir" -}}/etc/ratelimiter/redis-password{{- end }}
 {{- define "ratelimiter.redisCADir" -}}/etc/ratelimiter/redis-ca{{- end }}
 {{- define "ratelimiter.dataDir" -}}/var/lib/ratelimiter{{- end }}
@@ -410,6 +412,9 @@ express. Included by the Deployment, so every render runs it.
 {{- if and $v.shutdown.delaySeconds (ge (int $notReadyAfter) (int $v.shutdown.delaySeconds)) }}
 {{- fail (printf "readinessProbe.periodSeconds (%d) x readinessProbe.failureThreshold (%d) = %d seconds must be less than shutdown.delaySeconds (%d): otherwise the pod closes its listener before the readiness probe has taken it out of the Service. Shorten the probe or lengthen the delay." (int $v.readinessProbe.periodSeconds) (int $v.readinessProbe.failureThreshold) (int $notReadyAfter) (int $v.shutdown.delaySeconds)) }}
 {{- end }}
+{{- if and $v.tls.clientAuth (not $v.tls.existingSecret) }}
+{{- fail "tls.clientAuth is true but tls.existingSecret is empty: client certificates are checked against the ca.crt of the TLS Secret. Set tls.existingSecret, or tls.clientAuth=false" }}
+{{- end }}
 {{- if and $v.adminToken.value $v.adminToken.existingSecret }}
 {{- fail "adminToken.value and adminToken.existingSecret are both set: set one" }}
 {{- end }}
@@ -483,4 +488,35 @@ labels a ServiceMonitor gives the scraped series (job is the Service's name).
 {{- else }}
 {{- printf "namespace=%q,job=%q" .Release.Namespace (include "ratelimiter.fullname" .) }}
 {{- end }}
+{{- end }}
+
+{{/*
+The service's arguments. The tokens file and the TLS files are passed as
+flags rather than RATELIMITER_* variables: an image that does not know
+them refuses to start ("flag provided but not defined"), where it would
+ignore a variable and serve with every scope open, or in plain text.
+*/}}
+{{- define "ratelimiter.args" -}}
+{{- if not .Values.grpc.enabled }}
+{{- /* The service reads an empty RATELIMITER_GRPC_LISTEN as unset, and
+would serve gRPC on its default port: the empty flag turns it off. */}}
+- --grpc-listen=
+{{- end }}
+{{- if .Values.tokens.existingSecret }}
+- {{ printf "--tokens-file=%s/tokens.yaml" (include "ratelimiter.tokensDir" .) }}
+{{- end }}
+{{- if .Values.tls.existingSecret }}
+- {{ printf "--tls-cert-file=%s/tls.crt" (include "ratelimiter.tlsDir" .) }}
+- {{ printf "--tls-key-file=%s/tls.key" (include "ratelimiter.tlsDir" .) }}
+{{- if .Values.tls.clientAuth }}
+- {{ printf "--tls-client-ca-file=%s/ca.crt" (include "ratelimiter.tlsDir" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The scheme of the HTTP listener: https with tls.existingSecret.
+*/}}
+{{- define "ratelimiter.scheme" -}}
+{{- ternary "https" "http" (not (empty .Values.tls.existingSecret)) }}
 {{- end }}
