@@ -285,3 +285,29 @@ func TestHTTPConnectionBound(t *testing.T) {
 		t.Errorf("idle connections still open after the bound of %d was passed: got %d, want fewer than %d", max, open, max)
 	}
 }
+
+// At --grpc-max-connections, a new connection closes the one that has
+// sent nothing for longest.
+func TestGRPCConnectionBound(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	_, stderr, _, _ := start(t, []string{"--listen", "127.0.0.1:0", "--grpc-max-connections", "2"}, nil)
+	addr := grpcAddr(t, stderr)
+	first := dialH2(t, addr)
+	if ok, err := first.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.SettingsFrame); return ok }); !ok {
+		t.Fatalf("first connection: no SETTINGS: %v", err)
+	}
+	dialH2(t, addr)
+	dialH2(t, addr)
+	// The first connection ends: its reads end in EOF (or a reset)
+	// rather than the 20 seconds' deadline.
+	_, err := first.readUntil(func(http2.Frame) bool { return false })
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Errorf("the first of 3 connections with --grpc-max-connections 2: got %v, want it closed", err)
+	}
+	// A call on a new connection is answered.
+	g := grpcClient(t, addr)
+	if _, err := g.ShouldRateLimit(t.Context(), bigRequest(100)); err != nil {
+		t.Errorf("a call at the bound: got %v, want an answer", err)
+	}
+}

@@ -131,7 +131,7 @@ var settings = []setting{
 		apply: integer(func(c *Config) *int { return &c.MaxHeaderBytes }, MinHeaderBytes, 1<<20),
 	},
 	{
-		name: "max-connections", env: "RATELIMITER_MAX_CONNECTIONS", def: "4096", arg: "count", group: groupServer,
+		name: "max-connections", env: "RATELIMITER_MAX_CONNECTIONS", def: "2048", arg: "count", group: groupServer,
 		usage: "Most connections the HTTP listener holds open at once, from 1 to 1000000. A connection past it closes " +
 			"the one that has waited longest for its next request, or is itself closed when every connection is in the " +
 			"middle of a request, so that health checks are still answered.",
@@ -157,7 +157,7 @@ var settings = []setting{
 		},
 	},
 	{
-		name: "grpc-max-streams", env: "RATELIMITER_GRPC_MAX_STREAMS", def: "1024", arg: "count", group: groupServer,
+		name: "grpc-max-streams", env: "RATELIMITER_GRPC_MAX_STREAMS", def: "512", arg: "count", group: groupServer,
 		usage: "Most gRPC calls in flight at once over all connections, from 1 to 1000000 (and at most 100 on one " +
 			"connection); one more is refused with RESOURCE_EXHAUSTED. With --grpc-max-message-bytes it bounds the memory " +
 			"held by requests being received.",
