@@ -52,6 +52,9 @@ func TestMeasureListenerBounds(t *testing.T) {
 		{"10,000 idle HTTP keep-alive connections", func(t *testing.T, p *measured) string {
 			return idleHTTP(t, p.http, 10_000)
 		}},
+		{"all at once: 1,000 idle gRPC connections, 1,000 calls holding 64 KiB, 10,000 idle HTTP connections", func(t *testing.T, p *measured) string {
+			return idleGRPC(t, p.grpc, 1000) + "; " + heldCalls(t, p.grpc, 10, 100, 64<<10, 64<<10-1) + "; " + idleHTTP(t, p.http, 10_000)
+		}},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
