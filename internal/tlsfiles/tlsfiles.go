@@ -78,9 +78,11 @@ func (f *Files) ServerConfig(nextProtos ...string) *tls.Config {
 	}
 	if f.caFile != "" {
 		// crypto/tls verifies against a fixed ClientCAs; this verifies
-		// the same way against the bundle the files hold now.
+		// the same way against the bundle the files hold now, on resumed
+		// sessions too (VerifyPeerCertificate is skipped on those), so
+		// that a CA taken out of the bundle admits no one.
 		c.ClientAuth = tls.RequireAnyClientCert
-		c.VerifyPeerCertificate = f.verifyClient
+		c.VerifyConnection = func(cs tls.ConnectionState) error { return f.verifyClient(cs.PeerCertificates) }
 	}
 	return c
 }
@@ -93,17 +95,9 @@ func (f *Files) Certificate() *tls.Certificate {
 
 // verifyClient verifies a client's chain against the client CA bundle,
 // for client authentication, as crypto/tls does with ClientCAs.
-func (f *Files) verifyClient(rawCerts [][]byte, _ [][]*x509.Certificate) error {
-	if len(rawCerts) == 0 {
+func (f *Files) verifyClient(certs []*x509.Certificate) error {
+	if len(certs) == 0 {
 		return errors.New("tlsfiles: the client sent no certificate")
-	}
-	certs := make([]*x509.Certificate, len(rawCerts))
-	for i, raw := range rawCerts {
-		c, err := x509.ParseCertificate(raw)
-		if err != nil {
-			return fmt.Errorf("tlsfiles: client certificate: %w", err)
-		}
-		certs[i] = c
 	}
 	opts := x509.VerifyOptions{
 		Roots:         f.loaded.Load().pool,

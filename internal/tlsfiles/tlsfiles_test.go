@@ -145,3 +145,87 @@ func TestClientCertificates(t *testing.T) {
 		})
 	}
 }
+
+// A client CA taken out of the bundle admits none of its clients, not
+// even on a session resumed from before the change.
+func TestRemovedClientCARefusesResumedSessions(t *testing.T) {
+	ca, other := testpki.NewCA(t, "clients"), testpki.NewCA(t, "another CA")
+	dir := t.TempDir()
+	certFile, keyFile := ca.Server(t, "server").Write(t, dir)
+	caFile := filepath.Join(dir, "clients.pem")
+	testpki.WriteFile(t, caFile, ca.PEM)
+	f, err := Load(certFile, keyFile, caFile, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_000_000, 0)
+	f.now = func() time.Time { return now }
+	f.checked = now
+	server := f.ServerConfig()
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	client := &tls.Config{
+		RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{keyPairOf(t, ca.Client(t, "envoy"))},
+		ClientSessionCache: tls.NewLRUClientSessionCache(1),
+	}
+	// connect handshakes once and has the client read the server's byte,
+	// which takes in the session ticket sent before it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	connect := func() (resumed bool, serverErr error) {
+		cc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		sc, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sc.Close()
+		errs := make(chan error, 1)
+		go func() {
+			s := tls.Server(sc, server)
+			err := s.Handshake()
+			if err == nil {
+				_, err = s.Write([]byte{1})
+			}
+			errs <- err
+		}()
+		c := tls.Client(cc, client)
+		read := make(chan struct{})
+		go func() {
+			defer close(read)
+			if c.Handshake() == nil {
+				c.Read(make([]byte, 1))
+			}
+		}()
+		err = <-errs
+		<-read
+		return c.ConnectionState().DidResume, err
+	}
+	if _, err := connect(); err != nil {
+		t.Fatalf("first connection: %v", err)
+	}
+	if resumed, err := connect(); err != nil || !resumed {
+		t.Fatalf("second connection: resumed %v, error %v; want a resumed session", resumed, err)
+	}
+	testpki.WriteFile(t, caFile, other.PEM)
+	now = now.Add(CheckEvery)
+	f.Certificate() // the check a handshake makes
+	if _, err := connect(); err == nil {
+		t.Errorf("a resumed session of a client of a CA taken out of the bundle: admitted, want refused")
+	}
+}
+
+func keyPairOf(t *testing.T, p testpki.Pair) tls.Certificate {
+	t.Helper()
+	c, err := tls.X509KeyPair(p.CertPEM, p.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
