@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/ratelimiter/ratelimiter/internal/tlsfiles/testpki"
 )
 
 // TestMeasureListenerBounds measures a service binary's memory under
@@ -56,6 +59,21 @@ func TestMeasureListenerBounds(t *testing.T) {
 			return idleGRPC(t, p.grpc, 1000) + "; " + heldCalls(t, p.grpc, 10, 100, 64<<10, 64<<10-1) + "; " + idleHTTP(t, p.http, 10_000)
 		}},
 	}
+	if os.Getenv("RATELIMITER_MEASURE_TLS") != "" {
+		// The binary serves TLS (it must have the TLS settings): idle
+		// HTTP/2 and gRPC connections over it, below the default bounds.
+		scenarios = []struct {
+			name string
+			load func(t *testing.T, p *measured) string
+		}{
+			{"2,000 idle HTTP/2 connections over TLS (one request answered on each)", func(t *testing.T, p *measured) string {
+				return idleTLS(t, p.http, 2000, true)
+			}},
+			{"1,000 idle gRPC connections over TLS (handshake, preface and SETTINGS)", func(t *testing.T, p *measured) string {
+				return idleTLS(t, p.grpc, 1000, false)
+			}},
+		}
+	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			p := startMeasured(t, bin)
@@ -73,6 +91,7 @@ func TestMeasureListenerBounds(t *testing.T) {
 type measured struct {
 	cmd        *exec.Cmd
 	http, grpc string
+	tls        bool // serves TLS, with a certificate no client verifies
 }
 
 func startMeasured(t *testing.T, bin string) *measured {
@@ -80,6 +99,12 @@ func startMeasured(t *testing.T, bin string) *measured {
 	p := &measured{http: "127.0.0.1:" + freePort(t), grpc: "127.0.0.1:" + freePort(t)}
 	p.cmd = exec.Command(bin, "--listen", p.http, "--grpc-listen", p.grpc, "--log-level", "warn")
 	p.cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none")
+	if os.Getenv("RATELIMITER_MEASURE_TLS") != "" {
+		ca := testpki.NewCA(t, "measure")
+		certFile, keyFile := ca.Server(t, "measure").Write(t, t.TempDir())
+		p.cmd.Args = append(p.cmd.Args, "--tls-cert-file", certFile, "--tls-key-file", keyFile)
+		p.tls = true
+	}
 	log, err := os.Create(t.TempDir() + "/log")
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +152,11 @@ func (p *measured) sample(t *testing.T) sample {
 			}
 		}
 	}
-	s.goroutines = int(scrape(t, "http://"+p.http+"/metrics")["go_goroutines"])
+	if p.tls {
+		s.goroutines = int(scrapeTLS(t, "https://"+p.http+"/metrics"))
+	} else {
+		s.goroutines = int(scrape(t, "http://"+p.http+"/metrics")["go_goroutines"])
+	}
 	return s
 }
 
@@ -279,4 +308,67 @@ func idleHTTP(t *testing.T, addr string, n int) string {
 		resp.Body.Close()
 	}
 	return fmt.Sprintf("%d of %d still open (%d closed before their answer); /livez then: %s", stillOpen(conns), n, failed, health)
+}
+
+// scrapeTLS reads go_goroutines from a /metrics over TLS, without
+// verifying the certificate (the measurement's own).
+func scrapeTLS(t *testing.T, url string) float64 {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}
+
+// idleTLS opens n TLS connections to addr speaking HTTP/2; with request,
+// each sends GET /livez and reads its answer. It then leaves them idle
+// and reports how many the server still holds.
+func idleTLS(t *testing.T, addr string, n int, request bool) string {
+	t.Helper()
+	var conns []net.Conn
+	for range n {
+		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatalf("after %d connections: %v", len(conns), err)
+		}
+		t.Cleanup(func() { c.Close() })
+		io.WriteString(c, http2.ClientPreface)
+		f := http2.NewFramer(c, bufio.NewReader(c))
+		f.WriteSettings()
+		if request {
+			var hdr strings.Builder
+			enc := hpack.NewEncoder(&hdr)
+			for _, kv := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":path", "/livez"}, {":authority", "x"}} {
+				enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+			}
+			f.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte(hdr.String()), EndHeaders: true, EndStream: true})
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for {
+				fr, err := f.ReadFrame()
+				if err != nil {
+					t.Fatalf("connection %d: %v", len(conns), err)
+				}
+				if fr.Header().StreamID == 1 && fr.Header().Flags.Has(http2.FlagDataEndStream) {
+					break
+				}
+				if s, ok := fr.(*http2.SettingsFrame); ok && !s.IsAck() {
+					f.WriteSettingsAck()
+				}
+			}
+			c.SetReadDeadline(time.Time{})
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(time.Second)
+	return fmt.Sprintf("%d of %d still open", stillOpen(conns), n)
 }
