@@ -49,7 +49,7 @@ func TestDefaults(t *testing.T) {
 		MaxBodyBytes:   65536,
 		MaxHeaderBytes: 16384,
 		Listeners: Listeners{
-			MaxConnections: 2048, GRPCMaxConnections: 1024, GRPCMaxMessageBytes: 64 << 10, GRPCMaxStreams: 512,
+			MaxConnections: 1024, GRPCMaxConnections: 512, GRPCMaxMessageBytes: 64 << 10, GRPCMaxStreams: 512,
 			GRPCIdleTimeout: 5 * time.Minute,
 		},
 		MaxLimiters:        100_000,

@@ -131,14 +131,14 @@ var settings = []setting{
 		apply: integer(func(c *Config) *int { return &c.MaxHeaderBytes }, MinHeaderBytes, 1<<20),
 	},
 	{
-		name: "max-connections", env: "RATELIMITER_MAX_CONNECTIONS", def: "2048", arg: "count", group: groupServer,
-		usage: "Most connections the HTTP listener holds open at once, from 1 to 1000000. A connection past it closes " +
-			"the one that has waited longest for its next request, or is itself closed when every connection is in the " +
-			"middle of a request, so that health checks are still answered.",
+		name: "max-connections", env: "RATELIMITER_MAX_CONNECTIONS", def: "1024", arg: "count", group: groupServer,
+		usage: "Most connections the HTTP listener holds open at once, from 1 to 1000000, and most HTTP/2 requests in " +
+			"flight over all of them. A connection past it closes the one that has read nothing for longest, preferring " +
+			"those between requests, so that health checks are still answered.",
 		apply: integer(func(c *Config) *int { return &c.Listeners.MaxConnections }, 1, 1_000_000),
 	},
 	{
-		name: "grpc-max-connections", env: "RATELIMITER_GRPC_MAX_CONNECTIONS", def: "1024", arg: "count", group: groupServer,
+		name: "grpc-max-connections", env: "RATELIMITER_GRPC_MAX_CONNECTIONS", def: "512", arg: "count", group: groupServer,
 		usage: "Most connections the gRPC listener holds open at once, from 1 to 1000000. A connection past it closes " +
 			"the one that has sent nothing for longest.",
 		apply: integer(func(c *Config) *int { return &c.Listeners.GRPCMaxConnections }, 1, 1_000_000),

@@ -1,6 +1,6 @@
 // Package connlimit bounds the connections a listener holds open, without
 // ever blocking Accept: at the bound, a new connection makes room by
-// closing the open one that has been idle longest, so that a flood of idle
+// closing the open one that has read nothing for longest, so that a flood of idle
 // connections cannot keep out the next client (a health check, say).
 // x/net/netutil.LimitListener instead stops accepting at its bound, which
 // lets the connections that hold the bound shut everyone else out.
@@ -19,12 +19,14 @@ import (
 // its bound.
 const logEvery = 10 * time.Second
 
-// Listener is a net.Listener that holds at most Max connections open.
+// Listener is a net.Listener that holds at most max connections open.
 // A connection accepted at the bound closes, to make room, the open one
-// that read nothing for longest among those not marked busy (SetBusy); when
-// every open connection is busy, the new one is closed at once instead.
-// Either way Accept goes on to the next connection: it never blocks on the
-// bound. Its methods are safe for concurrent use.
+// that read nothing for longest among those not marked busy (SetBusy), or
+// among the busy ones when every one is: a client that keeps every
+// connection busy with requests it never finishes (a slow body, an HTTP/2
+// stream left open) must not shut out everyone else, and the connection
+// that read nothing for longest is the likeliest to be such a one. Accept
+// never blocks on the bound. Its methods are safe for concurrent use.
 type Listener struct {
 	net.Listener
 	max    int
@@ -37,11 +39,11 @@ type Listener struct {
 	// matters.
 	reads atomic.Uint64
 
-	mu      sync.Mutex
-	conns   map[*conn]struct{}
-	evicted int // connections closed for room since the last log record
-	refused int // new connections closed at once since then
-	logged  time.Time
+	mu         sync.Mutex
+	conns      map[*conn]struct{}
+	closedIdle int // connections not busy closed for room since the last log record
+	closedBusy int // busy ones
+	logged     time.Time
 }
 
 // New returns l bounded to max open connections (max ≥ 1). name names the
@@ -65,43 +67,34 @@ func (l *Listener) Accept() (net.Conn, error) {
 		var victim *conn
 		if len(l.conns) >= l.max {
 			victim = l.idlest()
-			if victim != nil {
-				delete(l.conns, victim)
-				l.evicted++
+			delete(l.conns, victim)
+			if victim.busy.Load() {
+				l.closedBusy++
 			} else {
-				l.refused++
+				l.closedIdle++
 			}
 			l.logLocked()
 		}
-		if len(l.conns) < l.max {
-			l.conns[c] = struct{}{}
-		} else {
-			c = nil
-		}
+		l.conns[c] = struct{}{}
 		l.mu.Unlock()
 		if victim != nil {
 			victim.Conn.Close()
-		}
-		if c == nil {
-			nc.Close()
-			continue
 		}
 		return c, nil
 	}
 }
 
-// idlest returns the open connection, not busy, that read nothing for
-// longest; nil when every one is busy. It scans them all: a few
-// microseconds at 10,000 connections, paid only at the bound.
+// idlest returns the open connection that read nothing for longest,
+// preferring those not busy; l.conns is not empty. It scans them all: a
+// few microseconds at 10,000 connections, paid only at the bound.
 func (l *Listener) idlest() *conn {
 	var best *conn
+	var bestBusy bool
 	var bestLast uint64
 	for c := range l.conns {
-		if c.busy.Load() {
-			continue
-		}
-		if last := c.last.Load(); best == nil || last < bestLast {
-			best, bestLast = c, last
+		busy, last := c.busy.Load(), c.last.Load()
+		if best == nil || !busy && bestBusy || busy == bestBusy && last < bestLast {
+			best, bestBusy, bestLast = c, busy, last
 		}
 	}
 	return best
@@ -115,8 +108,8 @@ func (l *Listener) logLocked() {
 		return
 	}
 	l.logger.Warn("connection limit reached: closing connections to make room", "listener", l.name, "max_connections", l.max,
-		"closed_idle", l.evicted, "closed_new", l.refused)
-	l.logged, l.evicted, l.refused = now, 0, 0
+		"closed_idle", l.closedIdle, "closed_busy", l.closedBusy)
+	l.logged, l.closedIdle, l.closedBusy = now, 0, 0
 }
 
 // Open returns the number of connections open.
@@ -127,7 +120,8 @@ func (l *Listener) Open() int {
 }
 
 // SetBusy marks c, a connection Accept returned (or a *tls.Conn over one),
-// busy or not: a busy connection is never closed to make room. An HTTP
+// busy or not: a busy connection is closed to make room only when every
+// connection is busy. An HTTP
 // server marks a connection busy while it serves a request on it
 // (http.Server.ConnState); one that is never marked may be closed
 // whenever it is the idlest.

@@ -106,42 +106,52 @@ func TestAtTheBoundTheIdlestConnectionMakesRoom(t *testing.T) {
 	}
 }
 
-// A busy connection is never closed to make room: with every connection
-// busy, a new one is closed at once, and the listener goes on accepting.
-func TestBusyConnectionsAreKept(t *testing.T) {
+// Busy connections are closed to make room only when every connection is
+// busy, and then the one that read nothing for longest, so that no client
+// can shut out the next by keeping its connections busy.
+func TestBusyConnectionsGoLast(t *testing.T) {
 	l := serve(t, 2, io.Discard)
-	var held []net.Conn
-	for range 2 {
-		held = append(held, dialEcho(t, l))
+	a := dialEcho(t, l)
+	b := dialEcho(t, l)
+	setBusy := func(busy bool) {
+		l.mu.Lock()
+		for c := range l.conns {
+			l.SetBusy(c, busy)
+		}
+		l.mu.Unlock()
 	}
+	// a is busy and read nothing for longer than b; b is not busy: b
+	// makes room.
 	l.mu.Lock()
 	for c := range l.conns {
-		l.SetBusy(c, true)
-	}
-	l.mu.Unlock()
-
-	extra, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer extra.Close()
-	if !closedByServer(extra) {
-		t.Errorf("a connection past the bound, every other busy: got served, want closed")
-	}
-	for i, c := range held {
-		if !echoes(c) {
-			t.Errorf("busy connection %d: got closed, want served", i)
+		if c.RemoteAddr().String() == a.LocalAddr().String() {
+			l.SetBusy(c, true)
 		}
 	}
-
-	// Once one is no longer busy, it makes room for the next.
-	l.mu.Lock()
-	for c := range l.conns {
-		l.SetBusy(c, false)
-		break
-	}
 	l.mu.Unlock()
+	if !echoes(b) {
+		t.Fatal("b is not served")
+	}
+	c := dialEcho(t, l)
+	if !closedByServer(b) {
+		t.Errorf("b, not busy, is still open after a third connection, want it closed")
+	}
+	if !echoes(a) {
+		t.Errorf("a, busy: got closed, want served")
+	}
+
+	// Every one busy: the one that read nothing for longest, c, makes room.
+	setBusy(true)
+	if !echoes(a) {
+		t.Fatal("a is not served")
+	}
 	dialEcho(t, l)
+	if !closedByServer(c) {
+		t.Errorf("c, busy and the idlest, is still open after a connection past the bound, want it closed")
+	}
+	if !echoes(a) {
+		t.Errorf("a, busy and recently read: got closed, want served")
+	}
 	if got, want := l.Open(), 2; got != want {
 		t.Errorf("open connections: got %d, want %d", got, want)
 	}
