@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/config"
 	"github.com/ratelimiter/ratelimiter/internal/connlimit"
+	"github.com/ratelimiter/ratelimiter/internal/gen"
 	"github.com/ratelimiter/ratelimiter/internal/tlsfiles"
 )
 
@@ -60,7 +62,39 @@ const (
 	// httpConnStreams is the most requests in flight on one HTTP/2
 	// connection of the HTTP listener (Go's default is 250).
 	httpConnStreams = 100
+	// httpWindow is the HTTP/2 flow-control window of a connection and
+	// of a stream of the HTTP listener, the most bytes of request bodies
+	// it buffers ahead of its handlers (Go's default is 1 MiB each).
+	httpWindow = 64 << 10
 )
+
+// boundHTTP2 answers 503, with a problem, an HTTP/2 request that arrives
+// while max are in flight, except the health checks (GET /livez and
+// /readyz), which have no body and must be answered under load.
+func boundHTTP2(next http.Handler, max int64) http.Handler {
+	var inFlight atomic.Int64
+	busy, _ := json.Marshal(gen.Problem{
+		Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable,
+		Detail: ptr("The service has too many requests in flight. Retry in a second."),
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor < 2 || r.Method == http.MethodGet && (r.URL.Path == "/livez" || r.URL.Path == "/readyz") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		defer inFlight.Add(-1)
+		if inFlight.Add(1) > max {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write(busy)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // grpcBounds returns the gRPC server options that bound what a client can
 // make the server hold: message size, streams per connection and over
@@ -150,9 +184,19 @@ func newListeners(cfg config.Listeners, logger *slog.Logger) (*listeners, error)
 // it returns.
 func (l *listeners) http(srv *http.Server, ln net.Listener) (bounded net.Listener, serve func() error) {
 	capped := connlimit.New(ln, l.cfg.MaxConnections, "http", l.logger)
-	// A connection serving a request is not closed to make room.
+	// A connection serving a request is closed to make room only when
+	// every one is.
 	srv.ConnState = func(c net.Conn, st http.ConnState) { capped.SetBusy(c, st == http.StateActive) }
-	srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: httpConnStreams}
+	// HTTP/1 holds one request a connection; HTTP/2 would multiply the
+	// requests, and their bodies, by its streams: they are bounded over
+	// all connections as HTTP/1's are, and the bytes a connection buffers
+	// ahead of its handlers to one window.
+	srv.HTTP2 = &http.HTTP2Config{
+		MaxConcurrentStreams:          httpConnStreams,
+		MaxReceiveBufferPerConnection: httpWindow,
+		MaxReceiveBufferPerStream:     httpWindow,
+	}
+	srv.Handler = boundHTTP2(srv.Handler, int64(l.cfg.MaxConnections))
 	if l.tls == nil {
 		return capped, func() error { return srv.Serve(capped) }
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -230,5 +231,59 @@ func TestTLSFilesThatDoNotLoad(t *testing.T) {
 	err := run(ctx, args, func(string) string { return "" }, &bytes.Buffer{}, &stderr)
 	if code := exitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "missing.pem") {
 		t.Errorf("got exit status %d, stderr %q; want 2 and the file named", code, stderr.String())
+	}
+}
+
+// HTTP/2 requests in flight over all connections are bounded by
+// --max-connections, as HTTP/1's are by the connections: one more is
+// answered 503 with a problem, and the health checks are still answered.
+func TestHTTP2RequestBound(t *testing.T) {
+	ca := testpki.NewCA(t, "server CA")
+	s := startTLS(t, ca, ca.Server(t, "server"), "--max-connections", "2")
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.roots}, ForceAttemptHTTP2: true}}
+	t.Cleanup(c.CloseIdleConnections)
+	put := func(body io.Reader) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "https://"+s.addr+"/v1/limiters/held", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		return c.Do(req)
+	}
+	// Two requests whose bodies never end hold the bound.
+	for range 2 {
+		r, w := io.Pipe()
+		t.Cleanup(func() { w.Close() })
+		go func() {
+			if resp, err := put(r); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		w.Write([]byte(`{"limit":`))
+	}
+	var resp *http.Response
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var err error
+		resp, err = put(strings.NewReader(`{"limit":1,"period":"1s"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Proto != "HTTP/2.0" ||
+		resp.Header.Get("Content-Type") != "application/problem+json" || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("a third HTTP/2 request with 2 held and --max-connections 2: got %d over %s (%s, Retry-After %q), want 503 problem+json over HTTP/2.0 with Retry-After 1",
+			resp.StatusCode, resp.Proto, resp.Header.Get("Content-Type"), resp.Header.Get("Retry-After"))
+	}
+	health, err := c.Get("https://" + s.addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health.Body.Close()
+	if health.StatusCode != http.StatusOK {
+		t.Errorf("GET /readyz at the bound: got %d, want 200", health.StatusCode)
 	}
 }
