@@ -71,8 +71,9 @@ const (
 // boundHTTP2 answers 503, with a problem, an HTTP/2 request that arrives
 // while max are in flight, except the health checks (GET /livez and
 // /readyz), which have no body and must be answered under load.
-func boundHTTP2(next http.Handler, max int64) http.Handler {
+func boundHTTP2(next http.Handler, max int64, logger *slog.Logger) http.Handler {
 	var inFlight atomic.Int64
+	refused := &refusals{logger: logger, now: time.Now, msg: "HTTP/2 request limit reached: answering 503", attrs: []any{"max_requests", max}}
 	busy, _ := json.Marshal(gen.Problem{
 		Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable,
 		Detail: ptr("The service has too many requests in flight. Retry in a second."),
@@ -84,6 +85,7 @@ func boundHTTP2(next http.Handler, max int64) http.Handler {
 		}
 		defer inFlight.Add(-1)
 		if inFlight.Add(1) > max {
+			refused.add()
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -101,7 +103,10 @@ func ptr[T any](v T) *T { return &v }
 // all connections, metadata, flow-control windows, buffers, the handshake,
 // and idle connections.
 func grpcBounds(l config.Listeners, logger *slog.Logger) []grpc.ServerOption {
-	calls := &callLimit{max: int64(l.GRPCMaxStreams), logger: logger, now: time.Now}
+	calls := &callLimit{max: int64(l.GRPCMaxStreams), refused: &refusals{
+		logger: logger, now: time.Now, msg: "gRPC call limit reached: refusing calls with RESOURCE_EXHAUSTED",
+		attrs: []any{"max_streams", l.GRPCMaxStreams},
+	}}
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(l.GRPCMaxMessageBytes),
 		grpc.MaxConcurrentStreams(grpcConnStreams),
@@ -123,14 +128,9 @@ func grpcBounds(l config.Listeners, logger *slog.Logger) []grpc.ServerOption {
 // counts from its headers until its stream ends, however it ends, so that
 // calls whose message never completes count too.
 type callLimit struct {
-	max    int64
-	open   atomic.Int64
-	logger *slog.Logger
-	now    func() time.Time
-
-	mu      sync.Mutex
-	logged  time.Time
-	refused int
+	max     int64
+	open    atomic.Int64
+	refused *refusals
 }
 
 // tap admits a new call, or refuses it with RESOURCE_EXHAUSTED when max
@@ -138,7 +138,7 @@ type callLimit struct {
 func (c *callLimit) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 	if c.open.Add(1) > c.max {
 		c.open.Add(-1)
-		c.refuse()
+		c.refused.add()
 		return nil, status.Error(codes.ResourceExhausted, "too many calls in flight; retry later")
 	}
 	// grpc-go cancels a stream's context when the stream ends.
@@ -146,15 +146,26 @@ func (c *callLimit) tap(ctx context.Context, _ *tap.Info) (context.Context, erro
 	return ctx, nil
 }
 
-// refuse counts a refused call and logs the refusals, at most once every
-// 10 seconds.
-func (c *callLimit) refuse() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.refused++
-	if now := c.now(); now.Sub(c.logged) >= 10*time.Second {
-		c.logger.Warn("gRPC call limit reached: refusing calls with RESOURCE_EXHAUSTED", "max_streams", c.max, "refused", c.refused)
-		c.logged, c.refused = now, 0
+// refusals counts the requests a bound refuses and logs them, at most
+// once every 10 seconds, with how many since the last record.
+type refusals struct {
+	logger *slog.Logger
+	now    func() time.Time
+	msg    string
+	attrs  []any
+
+	mu     sync.Mutex
+	logged time.Time
+	count  int
+}
+
+func (r *refusals) add() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.count++
+	if now := r.now(); now.Sub(r.logged) >= 10*time.Second {
+		r.logger.Warn(r.msg, append(r.attrs, "refused", r.count)...)
+		r.logged, r.count = now, 0
 	}
 }
 
@@ -196,7 +207,7 @@ func (l *listeners) http(srv *http.Server, ln net.Listener) (bounded net.Listene
 		MaxReceiveBufferPerConnection: httpWindow,
 		MaxReceiveBufferPerStream:     httpWindow,
 	}
-	srv.Handler = boundHTTP2(srv.Handler, int64(l.cfg.MaxConnections))
+	srv.Handler = boundHTTP2(srv.Handler, int64(l.cfg.MaxConnections), l.logger)
 	if l.tls == nil {
 		return capped, func() error { return srv.Serve(capped) }
 	}

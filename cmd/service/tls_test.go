@@ -278,6 +278,9 @@ func TestHTTP2RequestBound(t *testing.T) {
 		t.Errorf("a third HTTP/2 request with 2 held and --max-connections 2: got %d over %s (%s, Retry-After %q), want 503 problem+json over HTTP/2.0 with Retry-After 1",
 			resp.StatusCode, resp.Proto, resp.Header.Get("Content-Type"), resp.Header.Get("Retry-After"))
 	}
+	if !slicesContain(s.logs.messages(), "HTTP/2 request limit reached: answering 503") {
+		t.Errorf("logs %q: want the refusal reported", s.logs.messages())
+	}
 	health, err := c.Get("https://" + s.addr + "/readyz")
 	if err != nil {
 		t.Fatal(err)
