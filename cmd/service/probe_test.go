@@ -49,6 +49,8 @@ func TestProbe(t *testing.T) {
 		{name: "no host", args: []string{"http:///readyz"}, wantErr: true, wantConfig: true},
 		{name: "zero timeout", args: []string{"--timeout", "0s", srv.URL}, wantErr: true, wantConfig: true},
 		{name: "unknown flag", args: []string{"--nope", srv.URL}, wantErr: true, wantConfig: true},
+		{name: "client certificate without key", args: []string{"--cert-file", "tls.crt", srv.URL}, wantErr: true, wantConfig: true},
+		{name: "CA file missing", args: []string{"--ca-file", "/nonexistent/ca.crt", srv.URL}, wantErr: true, wantConfig: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -171,10 +171,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 
+	lns, err := newListeners(cfg.Listeners, logger)
+	if err != nil {
+		return err
+	}
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	ln, serveHTTP := lns.http(srv, ln)
 	// The gRPC server's health follows readiness until the shutdown
 	// begins; hctx ends with it.
 	hctx, stopHealth := context.WithCancel(ctx)
@@ -196,7 +201,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			gln.Close()
 			return err
 		}
-		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() }, append(grpcTelemetry(tel.TracerProvider), grpcAuth(guard))...)
+		var bounds []grpc.ServerOption
+		gln, bounds = lns.grpc(gln)
+		opts := append(bounds, grpcTelemetry(tel.TracerProvider)...)
+		gsrv = newGRPCServer(hctx, svc, func() bool { return ready.Load() && b.healthy() }, append(opts, grpcAuth(guard))...)
 		if cfg.EnvoyConfigPath != "" {
 			// Reloaded when its files change, and on SIGHUP.
 			hup := make(chan os.Signal, 1)
@@ -207,12 +215,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- serveHTTP() }()
 	if gsrv != nil {
 		go func() { gerved <- gsrv.Serve(gln) }()
 		logger.Info("serving gRPC", "address", gln.Addr().String(), "domains", cfg.Envoy.Domains(), "rules", len(cfg.Envoy.Limiters()))
 	}
-	logger.Info("listening", "address", ln.Addr().String(), "limiters", len(cfg.Limiters))
+	logger.Info("listening", "address", ln.Addr().String(), "limiters", len(cfg.Limiters), "tls", lns.tls != nil)
 
 	select {
 	case err := <-served:

@@ -110,6 +110,31 @@ const MaxDenyCache = 1_000_000
 // MaxConnsPerNode is the largest value of Redis.ConnsPerNode.
 const MaxConnsPerNode = 256
 
+// Listeners is what bounds the service's two listeners, and their TLS
+// files. Every field is set; the TLS paths are all empty (no TLS), or the
+// certificate and key both set.
+type Listeners struct {
+	// MaxConnections is the most connections the HTTP listener holds
+	// open at once; GRPCMaxConnections the gRPC listener's.
+	MaxConnections     int
+	GRPCMaxConnections int
+	// GRPCMaxMessageBytes is the largest gRPC request message accepted.
+	GRPCMaxMessageBytes int
+	// GRPCMaxStreams is the most gRPC calls in flight at once, over all
+	// connections.
+	GRPCMaxStreams int
+	// GRPCIdleTimeout is how long a gRPC connection without a call stays
+	// open.
+	GRPCIdleTimeout time.Duration
+	// TLSCertFile and TLSKeyFile are the PEM certificate chain and key
+	// both listeners serve TLS with; empty: plain TCP.
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSClientCAFile is the PEM bundle client certificates must chain
+	// to; empty: clients are not asked for one. Set only with TLSCertFile.
+	TLSClientCAFile string
+}
+
 // Values of Config.LogFormat.
 const (
 	LogJSON = "json"
@@ -161,6 +186,9 @@ type Config struct {
 	// ends them, each with its CRLF. It is at least MinHeaderBytes; the
 	// server refuses a larger section with 431.
 	MaxHeaderBytes int
+	// Listeners bounds the connections of both listeners, the gRPC
+	// server's calls and messages, and holds their TLS files.
+	Listeners Listeners
 	// MaxLimiters is the most named limiters the backend holds: creating
 	// one more is refused, replacing one is not. At least the number of
 	// Limiters.
@@ -223,6 +251,16 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("max_body_bytes", c.MaxBodyBytes),
 		slog.Int("max_header_bytes", c.MaxHeaderBytes),
 		slog.String("data_dir", c.DataDir),
+		slog.Group("listeners",
+			slog.Int("max_connections", c.Listeners.MaxConnections),
+			slog.Int("grpc_max_connections", c.Listeners.GRPCMaxConnections),
+			slog.Int("grpc_max_message_bytes", c.Listeners.GRPCMaxMessageBytes),
+			slog.Int("grpc_max_streams", c.Listeners.GRPCMaxStreams),
+			slog.String("grpc_idle_timeout", c.Listeners.GRPCIdleTimeout.String()),
+			slog.String("tls_cert_file", c.Listeners.TLSCertFile),
+			slog.String("tls_key_file", c.Listeners.TLSKeyFile),
+			slog.String("tls_client_ca_file", c.Listeners.TLSClientCAFile),
+		),
 		slog.Int("max_limiters", c.MaxLimiters),
 		slog.Int("metrics_max_limiters", c.MetricsMaxLimiters),
 		slog.Int64("gc_min_heap", c.GCMinHeap),
@@ -378,6 +416,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			origin["tenant-max-bytes"], c.Tenants.MaxBytes, per, origins(origin, "tenant-limit", "tenant-algorithm"), c.Backend, fixed)
 	}
 
+	if err := c.Listeners.check(origin); err != nil {
+		return Config{}, err
+	}
 	if c.adminTokenFile != "" {
 		if c.AdminToken != "" {
 			return Config{}, fmt.Errorf("config: both the admin token (%s) and the admin token file (%s) are set; set one",
@@ -403,6 +444,21 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// check refuses TLS settings that cannot serve: a certificate without
+// its key or the reverse, or a client CA bundle without a certificate.
+// The files themselves are read when the service starts.
+func (l Listeners) check(origin map[string]string) error {
+	switch {
+	case l.TLSCertFile != "" && l.TLSKeyFile == "":
+		return fmt.Errorf("config: %s: a TLS certificate needs its key: set --tls-key-file (RATELIMITER_TLS_KEY_FILE) too", origin["tls-cert-file"])
+	case l.TLSKeyFile != "" && l.TLSCertFile == "":
+		return fmt.Errorf("config: %s: a TLS key needs its certificate: set --tls-cert-file (RATELIMITER_TLS_CERT_FILE) too", origin["tls-key-file"])
+	case l.TLSClientCAFile != "" && l.TLSCertFile == "":
+		return fmt.Errorf("config: %s: client certificates are verified over TLS: set --tls-cert-file and --tls-key-file too", origin["tls-client-ca-file"])
+	}
+	return nil
 }
 
 // newFlagSet returns the command line's flags. Each setting's flag records

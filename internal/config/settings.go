@@ -40,11 +40,12 @@ const (
 	groupTimeouts = "Timeouts and shutdown"
 	groupTenants  = "Per-IP policy (applies to every requester IP address or IPv6 prefix)"
 	groupLogging  = "Logging"
+	groupTLS      = "TLS (both listeners)"
 	groupRedis    = "Redis backend (with --backend redis)"
 	groupProxies  = "Client address behind proxies (GET /v1/forward-auth)"
 )
 
-var groups = []string{groupServer, groupAdmin, groupTimeouts, groupTenants, groupProxies, groupRedis, groupLogging}
+var groups = []string{groupServer, groupTLS, groupAdmin, groupTimeouts, groupTenants, groupProxies, groupRedis, groupLogging}
 
 // settings lists every setting that has a flag and an environment variable,
 // in the order their defaults, file values, environment variables and flags
@@ -130,6 +131,58 @@ var settings = []setting{
 		apply: integer(func(c *Config) *int { return &c.MaxHeaderBytes }, MinHeaderBytes, 1<<20),
 	},
 	{
+		name: "max-connections", env: "RATELIMITER_MAX_CONNECTIONS", def: "1024", arg: "count", group: groupServer,
+		usage: "Most connections the HTTP listener holds open at once, from 1 to 1000000, and most HTTP/2 requests in " +
+			"flight over all of them. A connection past it closes the one that has read nothing for longest, preferring " +
+			"those between requests, so that health checks are still answered.",
+		apply: integer(func(c *Config) *int { return &c.Listeners.MaxConnections }, 1, 1_000_000),
+	},
+	{
+		name: "grpc-max-connections", env: "RATELIMITER_GRPC_MAX_CONNECTIONS", def: "512", arg: "count", group: groupServer,
+		usage: "Most connections the gRPC listener holds open at once, from 1 to 1000000. A connection past it closes " +
+			"the one that has sent nothing for longest.",
+		apply: integer(func(c *Config) *int { return &c.Listeners.GRPCMaxConnections }, 1, 1_000_000),
+	},
+	{
+		name: "grpc-max-message-bytes", env: "RATELIMITER_GRPC_MAX_MESSAGE_BYTES", def: "64KiB", arg: "bytes", group: groupServer,
+		usage: "Largest gRPC request message accepted, in bytes or with a KiB or MiB suffix, from 1KiB to 4MiB; a larger " +
+			"one is refused with RESOURCE_EXHAUSTED before it is read.",
+		apply: func(c *Config, v string) error {
+			var n int64
+			if err := byteSize(func(*Config) *int64 { return &n }, 1<<10, 4<<20)(c, v); err != nil {
+				return err
+			}
+			c.Listeners.GRPCMaxMessageBytes = int(n)
+			return nil
+		},
+	},
+	{
+		name: "grpc-max-streams", env: "RATELIMITER_GRPC_MAX_STREAMS", def: "512", arg: "count", group: groupServer,
+		usage: "Most gRPC calls in flight at once over all connections, from 1 to 1000000 (and at most 100 on one " +
+			"connection); one more is refused with RESOURCE_EXHAUSTED. With --grpc-max-message-bytes it bounds the memory " +
+			"held by requests being received.",
+		apply: integer(func(c *Config) *int { return &c.Listeners.GRPCMaxStreams }, 1, 1_000_000),
+	},
+	{
+		name: "tls-cert-file", env: "RATELIMITER_TLS_CERT_FILE", arg: "path", group: groupTLS,
+		usage: "PEM certificate chain both listeners serve TLS with (HTTP/1.1 and HTTP/2 on the HTTP listener). " +
+			"Re-read when it changes, checked at most once a second; a pair that does not load is logged and the " +
+			"previous one kept. Empty: plain TCP.",
+		apply: func(c *Config, v string) error { c.Listeners.TLSCertFile = v; return nil },
+	},
+	{
+		name: "tls-key-file", env: "RATELIMITER_TLS_KEY_FILE", arg: "path", group: groupTLS,
+		usage: "PEM private key of --tls-cert-file; set both or neither.",
+		apply: func(c *Config, v string) error { c.Listeners.TLSKeyFile = v; return nil },
+	},
+	{
+		name: "tls-client-ca-file", env: "RATELIMITER_TLS_CLIENT_CA_FILE", arg: "path", group: groupTLS,
+		usage: "PEM bundle of the certificate authorities client certificates must chain to: every client of both " +
+			"listeners must then present one (probes too: see the probe subcommand). Re-read when it changes. " +
+			"Empty: clients are not asked for a certificate.",
+		apply: func(c *Config, v string) error { c.Listeners.TLSClientCAFile = v; return nil },
+	},
+	{
 		name: "max-limiters", env: "RATELIMITER_MAX_LIMITERS", def: strconv.Itoa(limiter.DefaultMaxLimiters), arg: "count", group: groupServer,
 		usage: "Most named limiters the backend holds, those of the config file included. Creating one more is refused " +
 			"with 409; replacing one is not. On Redis the bound is shared by every replica using the same key prefix.",
@@ -205,6 +258,12 @@ var settings = []setting{
 		name: "idle-timeout", env: "RATELIMITER_IDLE_TIMEOUT", def: "60s", arg: "duration", group: groupTimeouts,
 		usage: "Time a kept-alive connection may wait for its next request.",
 		apply: duration(func(c *Config) *time.Duration { return &c.IdleTimeout }, false),
+	},
+	{
+		name: "grpc-idle-timeout", env: "RATELIMITER_GRPC_IDLE_TIMEOUT", def: "5m", arg: "duration", group: groupTimeouts,
+		usage: "Time a gRPC connection may stay open without a call; it is then closed with GOAWAY, and a client " +
+			"such as Envoy opens a new one for its next call.",
+		apply: duration(func(c *Config) *time.Duration { return &c.Listeners.GRPCIdleTimeout }, false),
 	},
 	{
 		name: "shutdown-delay", env: "RATELIMITER_SHUTDOWN_DELAY", def: "0s", arg: "duration", group: groupTimeouts,
