@@ -298,6 +298,18 @@ so the Deployment also passes --grpc-listen= then. */}}
 - name: RATELIMITER_REDIS_FAILURE_MODE
   value: {{ $r.failureMode | quote }}
 {{- end }}
+- name: RATELIMITER_MAX_CONNECTIONS
+  value: {{ int64 .Values.server.maxConnections | quote }}
+{{- if .Values.grpc.enabled }}
+- name: RATELIMITER_GRPC_MAX_CONNECTIONS
+  value: {{ int64 .Values.grpc.maxConnections | quote }}
+- name: RATELIMITER_GRPC_MAX_MESSAGE_BYTES
+  value: {{ .Values.grpc.maxMessageBytes | quote }}
+- name: RATELIMITER_GRPC_MAX_STREAMS
+  value: {{ int64 .Values.grpc.maxStreams | quote }}
+- name: RATELIMITER_GRPC_IDLE_TIMEOUT
+  value: {{ .Values.grpc.idleTimeout | quote }}
+{{- end }}
 - name: RATELIMITER_MAX_BODY_BYTES
   value: {{ int64 .Values.server.maxBodyBytes | quote }}
 - name: RATELIMITER_MAX_HEADER_BYTES
