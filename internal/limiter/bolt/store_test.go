@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimiter/ratelimiter/internal/limiter"
 	"github.com/ratelimiter/ratelimiter/internal/limiter/memory"
+	"github.com/ratelimiter/ratelimiter/internal/limiter/storetest"
 )
 
 func open(t *testing.T, dir string) *Store {
@@ -305,4 +306,10 @@ func TestFullDisk(t *testing.T) {
 	if !reflect.DeepEqual(got, written) {
 		t.Errorf("after reopening: %d limiters, want the %d written", len(got), len(written))
 	}
+}
+
+// TestStoreSuite runs the behavioural suite every limiter.Store passes on
+// a Store whose definitions are kept in a data file.
+func TestStoreSuite(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) limiter.Store { return open(t, t.TempDir()) })
 }
