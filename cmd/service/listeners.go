@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -167,6 +169,32 @@ func (r *refusals) add() {
 		r.logger.Warn(r.msg, append(r.attrs, "refused", r.count)...)
 		r.logged, r.count = now, 0
 	}
+}
+
+// newErrorLog returns the HTTP server's error log: its lines as warnings,
+// but for the TLS handshakes that fail (a scanner, a plain-text client, a
+// client without a certificate), which are counted and logged at most
+// once every 10 seconds, so that they cannot flood the log.
+func newErrorLog(logger *slog.Logger) *log.Logger {
+	return log.New(&errorLog{
+		out:        slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		handshakes: &refusals{logger: logger, now: time.Now, msg: "TLS handshakes failed", attrs: []any{"listener", "http"}},
+	}, "", 0)
+}
+
+// errorLog is the writer of newErrorLog's logger: one line per Write.
+type errorLog struct {
+	out        *log.Logger
+	handshakes *refusals
+}
+
+func (e *errorLog) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("http: TLS handshake error")) {
+		e.handshakes.add()
+	} else {
+		e.out.Print(string(p))
+	}
+	return len(p), nil
 }
 
 // listeners is the service's listening side: the TLS files, when TLS is

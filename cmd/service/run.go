@@ -168,7 +168,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    serverMaxHeaderBytes(cfg.MaxHeaderBytes),
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:          newErrorLog(logger),
 	}
 
 	lns, err := newListeners(cfg.Listeners, logger)

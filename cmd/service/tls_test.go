@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -288,5 +289,40 @@ func TestHTTP2RequestBound(t *testing.T) {
 	health.Body.Close()
 	if health.StatusCode != http.StatusOK {
 		t.Errorf("GET /readyz at the bound: got %d, want 200", health.StatusCode)
+	}
+}
+
+// Failed TLS handshakes on the HTTP listener (here, clients that send
+// bytes that are not TLS) are counted in one warning at most every 10
+// seconds rather than logged one by one, so that a scanner cannot flood
+// the log.
+func TestFailedHandshakesAreNotLoggedOneByOne(t *testing.T) {
+	ca := testpki.NewCA(t, "server CA")
+	s := startTLS(t, ca, ca.Server(t, "server"))
+	const clients = 20
+	for range clients {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("not a TLS client hello\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		// The server logs the failure before it closes the connection.
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		io.Copy(io.Discard, c)
+		c.Close()
+	}
+	var oneByOne, counted int
+	for _, m := range s.logs.messages() {
+		switch {
+		case strings.Contains(m, "TLS handshake error"):
+			oneByOne++
+		case m == "TLS handshakes failed":
+			counted++
+		}
+	}
+	if oneByOne != 0 || counted != 1 {
+		t.Errorf("after %d failed handshakes: got %d logged one by one and %d counted warnings, want 0 and 1", clients, oneByOne, counted)
 	}
 }
