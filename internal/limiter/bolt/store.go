@@ -453,15 +453,11 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 }
 
 // DeleteIdle deletes a limiter that holds no counts, as Delete does; see
-// limiter.IdleDeleter. It is checked first in memory, then on disk, under
-// the lock every change to the definitions takes: a limiter that takes
-// counts after the check loses them with it, as with Delete.
+// limiter.IdleDeleter. A limiter that takes counts between the check and
+// the deletion loses them with it, as with Delete.
 func (s *Store) DeleteIdle(ctx context.Context, name string) error {
-	s.mu.Lock()
-	idle := s.Store.Idle(name)
-	s.mu.Unlock()
-	if idle != nil {
-		return idle
+	if err := s.Store.Idle(name); err != nil {
+		return err
 	}
 	return s.Delete(ctx, name)
 }

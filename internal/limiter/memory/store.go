@@ -123,7 +123,7 @@ func (s *Store) PutUndo(_ context.Context, def limiter.Definition) (created bool
 	}
 	s.peak = max(s.peak, len(s.byKey))
 	s.names.Insert(def.Name)
-	return true, func() { s.remove(def.Name) }, nil
+	return true, func() { s.remove(def.Name, false) }, nil
 }
 
 // reinstate puts back the entry old of the limiter name, which Put replaced.
@@ -165,10 +165,7 @@ func (s *Store) List(_ context.Context, after string, max int) ([]limiter.Defini
 
 // Delete removes a limiter.
 func (s *Store) Delete(_ context.Context, name string) error {
-	if !s.remove(name) {
-		return limiter.ErrNotFound
-	}
-	return nil
+	return s.remove(name, false)
 }
 
 // DeleteIdle removes a limiter that holds no counts; see
@@ -176,20 +173,7 @@ func (s *Store) Delete(_ context.Context, name string) error {
 // removed and records after the check is lost with it, as with Delete:
 // the window is the decision's own, in process.
 func (s *Store) DeleteIdle(_ context.Context, name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.byKey[name]
-	if !ok {
-		return limiter.ErrNotFound
-	}
-	if !e.idle(s.clock.Now()) {
-		return limiter.ErrNotIdle
-	}
-	s.keys -= e.maxKeys
-	delete(s.byKey, name)
-	s.names.Delete(name)
-	s.shrink()
-	return nil
+	return s.remove(name, true)
 }
 
 // Idle reports whether the limiter name holds no counts: nil, or an error
@@ -218,19 +202,24 @@ func (e entry) idle(now int64) bool {
 	return e.l.Idle(now)
 }
 
-// remove deletes the limiter name and reports whether it existed.
-func (s *Store) remove(name string) bool {
+// remove deletes the limiter name, with idle only while it holds no
+// counts; otherwise the error wraps limiter.ErrNotFound or
+// limiter.ErrNotIdle.
+func (s *Store) remove(name string, idle bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.byKey[name]
-	if !ok {
-		return false
+	switch {
+	case !ok:
+		return limiter.ErrNotFound
+	case idle && !e.idle(s.clock.Now()):
+		return limiter.ErrNotIdle
 	}
 	s.keys -= e.maxKeys
 	delete(s.byKey, name)
 	s.names.Delete(name)
 	s.shrink()
-	return true
+	return nil
 }
 
 // shrink copies byKey into a map of its size once it holds a quarter of
