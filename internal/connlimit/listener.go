@@ -56,32 +56,30 @@ func New(l net.Listener, max int, name string, logger *slog.Logger) *Listener {
 // Accept waits for and returns the next connection, making room for it if
 // the listener is at its bound.
 func (l *Listener) Accept() (net.Conn, error) {
-	for {
-		nc, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		c := &conn{Conn: nc, l: l}
-		c.last.Store(l.reads.Add(1))
-		l.mu.Lock()
-		var victim *conn
-		if len(l.conns) >= l.max {
-			victim = l.idlest()
-			delete(l.conns, victim)
-			if victim.busy.Load() {
-				l.closedBusy++
-			} else {
-				l.closedIdle++
-			}
-			l.logLocked()
-		}
-		l.conns[c] = struct{}{}
-		l.mu.Unlock()
-		if victim != nil {
-			victim.Conn.Close()
-		}
-		return c, nil
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
 	}
+	c := &conn{Conn: nc, l: l}
+	c.last.Store(l.reads.Add(1))
+	l.mu.Lock()
+	var victim *conn
+	if len(l.conns) >= l.max {
+		victim = l.idlest()
+		delete(l.conns, victim)
+		if victim.busy.Load() {
+			l.closedBusy++
+		} else {
+			l.closedIdle++
+		}
+		l.logLocked()
+	}
+	l.conns[c] = struct{}{}
+	l.mu.Unlock()
+	if victim != nil {
+		victim.Conn.Close()
+	}
+	return c, nil
 }
 
 // idlest returns the open connection that read nothing for longest,
